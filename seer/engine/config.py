@@ -1,0 +1,53 @@
+"""Engine configuration: one frozen dataclass, validated at construction, with derived values as properties."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Settings of one engine instance.
+
+    KV memory is given either as ``num_kv_blocks`` or as ``kv_cache_memory_gb`` (converted with the model's
+    KV bytes per token). ``max_model_len`` defaults to the model's context length, capped at 8192.
+    """
+
+    model: str
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    kv_cache_memory_gb: float = 4.0
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"unsupported dtype {self.dtype!r}; choose one of {sorted(_DTYPES)}")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"unsupported device {self.device!r}; use 'cpu' or 'cuda[:N]'")
+        if self.block_size < 1 or (self.num_kv_blocks is not None and self.num_kv_blocks < 1):
+            raise ValueError("block_size and num_kv_blocks must be >= 1")
+        if self.kv_cache_memory_gb <= 0:
+            raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _DTYPES[self.dtype]
+
+    def resolve_num_blocks(self, kv_bytes_per_token: int) -> int:
+        if self.num_kv_blocks is not None:
+            return self.num_kv_blocks
+        return max(1, int(self.kv_cache_memory_gb * 2**30) // (kv_bytes_per_token * self.block_size))

@@ -1,0 +1,172 @@
+"""The engine: scheduler + block manager + model runner behind ``add_request`` / ``step``.
+
+Besides plain generation it offers what Seer's rollout needs from an instance: pausing a request and exporting
+its tokens and KV (``export_request``), importing such a request on another instance and continuing with no
+recomputation (``import_request``), forced-token replay, draft tokens for verification, and weight updates with
+a version number.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from seer.engine.block_manager import BlockManager
+from seer.engine.config import EngineConfig
+from seer.engine.model_runner import ModelRunner
+from seer.engine.request import Request, RequestStatus
+from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig, SchedulerOutput
+from seer.models.loader import load_model, load_weights
+from seer.sampling_params import SamplingParams
+
+
+@dataclass
+class ExportedRequest:
+    """A paused request: everything another instance needs to continue it exactly."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    output_logprobs: list[float]
+    params: SamplingParams
+    group_id: str | None
+    forced_token_ids: list[int] | None
+    num_computed_tokens: int
+    kv: torch.Tensor | None  # [layers, 2, num_computed_tokens, kv_heads, head_dim] on CPU, or None (recompute)
+    weight_version: int = 0
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def kv_bytes(self) -> int:
+        return 0 if self.kv is None else self.kv.numel() * self.kv.element_size()
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.model, self.model_config = load_model(config.model, dtype=config.torch_dtype, device=config.device)
+        mc = self.model_config
+        kv_bytes = 2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * \
+            torch.tensor([], dtype=config.torch_dtype).element_size()
+        num_blocks = config.resolve_num_blocks(kv_bytes)
+        max_len = config.max_model_len or min(mc.max_position_embeddings, 8192)
+        self.scheduler = Scheduler(
+            SchedulerConfig(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+                            max_model_len=max_len, enable_prefix_caching=config.enable_prefix_caching),
+            BlockManager(num_blocks, config.block_size, config.enable_prefix_caching))
+        self.runner = ModelRunner(self.model, mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
+                                  num_blocks, config.block_size, config.torch_dtype, config.device, config.seed)
+        self.eos_token_ids = tuple(mc.eos_token_ids)
+        self.weight_version = 0
+        self.kv_bytes_moved = 0
+        self._ids = itertools.count()
+        self.busy_s = 0.0
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def max_model_len(self) -> int:
+        return self.scheduler.config.max_model_len
+
+    @property
+    def block_manager(self) -> BlockManager:
+        return self.scheduler.block_manager
+
+    @property
+    def stats(self):
+        return self.scheduler.stats
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    # ------------------------------------------------------------------ requests
+    def make_request(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None,
+                     group_id: str | None = None, forced_token_ids: list[int] | None = None) -> Request:
+        vocab = self.model_config.vocab_size
+        bad = [t for t in prompt_token_ids if not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            raise RequestRejected(f"prompt token id {bad[0]!r} is outside the vocabulary [0, {vocab})")
+        if forced_token_ids is not None and any(not 0 <= t < vocab for t in forced_token_ids):
+            raise RequestRejected("forced token ids must lie inside the vocabulary")
+        rid = request_id if request_id is not None else f"req-{next(self._ids)}"
+        return Request(rid, list(prompt_token_ids), params, eos_token_ids=self.eos_token_ids, group_id=group_id,
+                       forced_token_ids=None if forced_token_ids is None else list(forced_token_ids))
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None,
+                    group_id: str | None = None, forced_token_ids: list[int] | None = None) -> Request:
+        """Queue one request; raises ``RequestRejected``/``ValueError`` at once for one that cannot run."""
+        params.validate()
+        req = self.make_request(prompt_token_ids, params, request_id, group_id, forced_token_ids)
+        self.scheduler.add_request(req)
+        return req
+
+    def abort(self, request_id: str) -> Request | None:
+        return self.scheduler.abort(request_id)
+
+    def step(self) -> list[Request]:
+        """Run one scheduling step and forward pass; returns the requests that finished."""
+        t0 = time.perf_counter()
+        out: SchedulerOutput = self.scheduler.schedule()
+        results = self.runner.execute(out, self.scheduler.requests) if not out.is_empty else {}
+        finished = self.scheduler.update_from_output(out, results)
+        self.busy_s += time.perf_counter() - t0
+        return finished
+
+    def run_until_done(self) -> list[Request]:
+        done: list[Request] = []
+        while self.has_unfinished():
+            done += self.step()
+        return done
+
+    # ------------------------------------------------------------------ migration
+    def export_request(self, request_id: str, with_kv: bool = True) -> ExportedRequest:
+        """Remove a request between steps and hand back its tokens (and KV for its computed tokens)."""
+        req = self.scheduler.requests.get(request_id)
+        if req is None:
+            raise KeyError(f"unknown or finished request {request_id!r}")
+        n = req.num_computed_tokens
+        kv = self.runner.read_kv(req, n).cpu() if (with_kv and n > 0) else None
+        exported = ExportedRequest(req.request_id, list(req.prompt_token_ids), list(req.output_token_ids),
+                                   list(req.output_logprobs), req.params, req.group_id,
+                                   req.forced_token_ids, n if kv is not None else 0, kv, self.weight_version)
+        self.scheduler.abort(request_id)
+        self.kv_bytes_moved += exported.kv_bytes
+        return exported
+
+    def import_request(self, exp: ExportedRequest, params: SamplingParams | None = None) -> Request:
+        """Continue an exported request here; its KV is written into fresh blocks (no recomputation)."""
+        if exp.kv is not None and exp.weight_version != self.weight_version:
+            raise ValueError(f"request {exp.request_id} was computed with weights v{exp.weight_version}, "
+                             f"this engine has v{self.weight_version}")
+        if exp.request_id in self.scheduler.requests:
+            raise RequestRejected(f"duplicate request id {exp.request_id}")
+        req = self.make_request(exp.prompt_token_ids, params or exp.params, exp.request_id, exp.group_id,
+                                exp.forced_token_ids)
+        req.output_token_ids = list(exp.output_token_ids)
+        req.output_logprobs = list(exp.output_logprobs)
+        self.scheduler.validate(req)
+        if exp.kv is not None and exp.num_computed_tokens > 0:
+            if not self.block_manager.allocate(req, exp.num_computed_tokens):
+                raise RequestRejected(f"request {exp.request_id}: no free KV blocks to import "
+                                      f"{exp.num_computed_tokens} tokens")
+            self.runner.write_kv(req, exp.kv)
+            req.num_computed_tokens = exp.num_computed_tokens
+            self.block_manager.cache_full_blocks(req)
+            self.kv_bytes_moved += exp.kv_bytes
+        self.scheduler.add_request(req)
+        return req
+
+    # ------------------------------------------------------------------ weights
+    def update_weights(self, source: str | Path | dict, version: int | None = None) -> int:
+        """Load new weights (directory or state dict); cached KV of old weights is dropped."""
+        if self.scheduler.has_unfinished:
+            raise RuntimeError("update_weights while requests are running would mix weight versions")
+        load_weights(self.model, source)
+        self.block_manager.reset_prefix_cache()
+        self.weight_version = self.weight_version + 1 if version is None else version
+        return self.weight_version

@@ -1,0 +1,157 @@
+"""Batched sampling with per-request settings, per-token logprobs and lossless draft verification.
+
+Sampling uses the inverse CDF with one uniform number per row: it costs a cumulative sum instead of a vocab-sized
+random draw, and a seeded request draws its uniforms from (seed, position) alone, so its output does not depend
+on what else shares the batch. The returned logprob of a token is taken under the temperature-scaled
+distribution before top-p/top-k (what an RL trainer recomputes); under the raw distribution for greedy rows.
+
+Verification of a deterministic draft (single path or tree) is the standard lossless rule: walk from the root,
+accept a child token c with probability p'(c) where p' is the target distribution with the already rejected
+siblings removed and renormalised; when every child is rejected, sample the bonus token from p'. Greedy rows
+accept exactly the argmax, forced-replay rows exactly the recorded token.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """Sampling settings of one logits row."""
+
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    position: int = 0               # output index of the token this row produces (seeds the uniforms)
+    forced: int | None = None       # forced-token replay: emit this token
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def filtered(self) -> bool:
+        return not self.greedy and (self.top_p < 1.0 or self.top_k > 0)
+
+
+class Sampler:
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+
+    def uniform(self, row: RowSpec, salt: int = 0) -> float:
+        if row.seed is None:
+            return self.rng.random()
+        return random.Random((row.seed * 1_000_003 + row.position) * 131 + salt).random()
+
+    # ------------------------------------------------------------------ distributions
+    @staticmethod
+    def logprobs(logits: torch.Tensor, rows: list[RowSpec]) -> torch.Tensor:
+        """log-softmax of temperature-scaled logits (raw for greedy rows), float32 [N, V]."""
+        temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in rows],
+                             dtype=torch.float32, device=logits.device)
+        if bool((temps != 1.0).any()):
+            logits = logits / temps[:, None]
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    @staticmethod
+    def probs(logprobs: torch.Tensor, rows: list[RowSpec]) -> torch.Tensor:
+        """The distribution each row samples from: softmax, then top-k/top-p filtering, renormalised."""
+        probs = logprobs.exp()
+        idx = [i for i, r in enumerate(rows) if r.filtered]
+        if idx:
+            sub = probs[idx]
+            sorted_p, order = sub.sort(dim=-1, descending=True)
+            keep = torch.ones_like(sorted_p, dtype=torch.bool)
+            for j, i in enumerate(idx):
+                r = rows[i]
+                if r.top_k > 0:
+                    keep[j, r.top_k:] = False
+                if r.top_p < 1.0:
+                    before = sorted_p[j].cumsum(0) - sorted_p[j]
+                    keep[j] &= before < r.top_p
+            sorted_p = sorted_p * keep
+            sub = torch.zeros_like(sub).scatter_(1, order, sorted_p)
+            probs[idx] = sub / sub.sum(dim=-1, keepdim=True)
+        return probs
+
+    def _draw(self, probs: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
+        cdf = probs.cumsum(dim=-1)
+        u = torch.tensor(uniforms, dtype=cdf.dtype, device=cdf.device)[:, None] * cdf[:, -1:]
+        tok = torch.searchsorted(cdf, u, right=True).squeeze(1)
+        return tok.clamp_(max=probs.shape[-1] - 1)
+
+    # ------------------------------------------------------------------ plain sampling
+    def sample(self, logits: torch.Tensor, rows: list[RowSpec]) -> tuple[list[int], list[float]]:
+        """One token per row, with its logprob."""
+        lp = self.logprobs(logits, rows)
+        tokens = lp.argmax(dim=-1)
+        samp = [i for i, r in enumerate(rows) if not r.greedy and r.forced is None]
+        if samp:
+            probs = self.probs(lp[samp], [rows[i] for i in samp])
+            tokens[samp] = self._draw(probs, [self.uniform(rows[i]) for i in samp])
+        forced = [(i, r.forced) for i, r in enumerate(rows) if r.forced is not None]
+        for i, f in forced:
+            tokens[i] = f
+        token_list = tokens.tolist()
+        chosen = lp.gather(1, tokens[:, None]).squeeze(1).tolist()
+        return token_list, chosen
+
+    # ------------------------------------------------------------------ verification
+    def verify(self, logits: torch.Tensor, row: RowSpec, draft: list[int], parents: list[int] | None,
+               forced: list[int] | None = None) -> tuple[list[int], list[float], list[int]]:
+        """Verify one request's draft.
+
+        ``logits`` has 1 + len(draft) rows: row 0 predicts after the last real token, row j+1 after draft token
+        j. ``parents[j]`` is draft token j's parent (-1 = the last real token); None means a chain. ``forced``
+        are the recorded next tokens (forced replay). Returns (emitted tokens, their logprobs, accepted draft
+        indices along the path); the last emitted token is the bonus token.
+        """
+        rows = [row] * logits.shape[0]
+        lp = self.logprobs(logits, rows)
+        probs = None if (row.greedy or row.forced is not None or forced is not None) else self.probs(lp, rows)
+        children: dict[int, list[int]] = {}
+        for j in range(len(draft)):
+            parent = (j - 1) if parents is None else parents[j]
+            children.setdefault(parent, []).append(j)
+        node, depth = -1, 0
+        tokens: list[int] = []
+        logps: list[float] = []
+        path: list[int] = []
+        while True:
+            r = node + 1  # logits row of this node
+            kids = children.get(node, [])
+            nxt, tok = self._choose(lp[r], None if probs is None else probs[r], row, depth, draft, kids,
+                                    None if forced is None else forced[depth] if depth < len(forced) else None)
+            tokens.append(tok)
+            logps.append(float(lp[r, tok]))
+            if nxt is None:
+                return tokens, logps, path
+            path.append(nxt)
+            node, depth = nxt, depth + 1
+
+    def _choose(self, lp: torch.Tensor, probs: torch.Tensor | None, row: RowSpec, depth: int,
+                draft: list[int], kids: list[int], forced_tok: int | None) -> tuple[int | None, int]:
+        """Return (accepted child index or None, emitted token) at one node."""
+        if forced_tok is not None or row.forced is not None or probs is None:
+            target = forced_tok if forced_tok is not None else int(lp.argmax())
+            for k in kids:
+                if draft[k] == target:
+                    return k, target
+            return None, target
+        p = probs.clone()
+        pos_row = RowSpec(row.temperature, row.top_p, row.top_k, row.seed, row.position + depth)
+        for salt, k in enumerate(kids, start=1):
+            total = float(p.sum())
+            if total <= 0:
+                break
+            if self.uniform(pos_row, salt) < float(p[draft[k]]) / total:
+                return k, draft[k]
+            p[draft[k]] = 0.0
+        if float(p.sum()) <= 0:  # every token with mass was a rejected draft: cannot happen with exact arithmetic
+            p = probs
+        return None, int(self._draw(p[None], [self.uniform(pos_row, 0)])[0])

@@ -1,0 +1,282 @@
+"""Continuous batching under a token budget and the KV capacity, with chunked prefill and recompute preemption.
+
+``schedule()`` returns a ``SchedulerOutput`` (which requests compute how many tokens this step) and
+``update_from_output()`` applies what the model produced. Running requests are served first, oldest first;
+when KV runs out the newest running request is preempted: its blocks are freed and it later recomputes its
+tokens (counted as ``reprefill_tokens``, the cost a veRL-like baseline pays under KV pressure). Waiting requests
+are admitted only when nothing was preempted in the step. A waiting request whose next prompt block is being
+computed this very step by a sibling waits one step, so the G requests of a group compute their prompt once.
+Torch-free: the simulator drives this class unchanged with a cost model instead of a model.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from seer.engine.block_manager import BlockKey, BlockManager
+from seer.engine.request import Request, RequestStatus
+
+
+class RequestRejected(ValueError):
+    """A request that can never run (too long, cannot fit in KV memory); raised at submission."""
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 4096
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    request_id: str
+    start: int            # num_computed_tokens before this step: KV position of the first new token
+    num_new_tokens: int   # tokens computed this step, draft tokens included
+    num_spec_tokens: int  # how many of them are draft tokens (at the end)
+    samples: bool         # the chunk reaches the request's last real token, so the model emits tokens
+
+
+@dataclass
+class SchedulerOutput:
+    chunks: list[ScheduledChunk]
+    preempted_ids: list[str] = field(default_factory=list)
+    step: int = 0
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(c.num_new_tokens for c in self.chunks)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+
+@dataclass
+class StepResult:
+    """What the model produced for one request in one step (empty for a partial prefill chunk)."""
+
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    num_accepted_spec: int = 0
+
+
+@dataclass
+class SchedulerStats:
+    steps: int = 0
+    preemptions: int = 0
+    reprefill_tokens: int = 0
+    prompt_tokens_computed: int = 0
+    prefix_hit_tokens: int = 0
+    output_tokens: int = 0
+    spec_drafted: int = 0
+    spec_accepted: int = 0
+    spec_bonus: int = 0
+    spec_steps: int = 0
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+        self.config = config
+        self.block_manager = block_manager
+        self.requests: dict[str, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.stats = SchedulerStats()
+        self._arrivals = 0
+
+    # ------------------------------------------------------------------ submission
+    def validate(self, req: Request) -> None:
+        """Raise ``RequestRejected`` for a request that could never complete; nothing is queued then."""
+        if not req.prompt_token_ids:
+            raise RequestRejected(f"request {req.request_id}: empty prompt")
+        if req.num_prompt_tokens >= self.config.max_model_len:
+            raise RequestRejected(
+                f"request {req.request_id}: prompt has {req.num_prompt_tokens} tokens, longer than "
+                f"max_model_len={self.config.max_model_len} allows (it needs room for at least one new token)")
+        total = min(req.max_total_tokens, self.config.max_model_len)
+        need = self.block_manager.blocks_needed(total)
+        if need > self.block_manager.num_blocks:
+            raise RequestRejected(
+                f"request {req.request_id}: needs {need} KV blocks for {total} tokens but the cache has only "
+                f"{self.block_manager.num_blocks} blocks of {self.block_manager.block_size} tokens; "
+                f"lower max_tokens or give the engine more KV memory")
+
+    def add_request(self, req: Request) -> None:
+        if req.request_id in self.requests:
+            raise RequestRejected(f"duplicate request id {req.request_id}")
+        self.validate(req)
+        req.arrival = self._arrivals
+        self._arrivals += 1
+        req.status = RequestStatus.WAITING
+        self.requests[req.request_id] = req
+        self.waiting.append(req)
+
+    def abort(self, request_id: str) -> Request | None:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return None
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.block_manager.free(req)
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = req.finish_reason or "abort"
+        return req
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ------------------------------------------------------------------ scheduling
+    def schedule(self) -> SchedulerOutput:
+        self.stats.steps += 1
+        budget = self.config.max_num_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        preempted: list[str] = []
+        pending_keys: set[BlockKey] = set()
+        scheduled: set[str] = set()
+
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = min(req.num_tokens_with_spec - req.num_computed_tokens, budget)
+            if n <= 0:
+                i += 1
+                continue
+            while not self.block_manager.can_allocate(req, n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted.append(victim.request_id)
+                if victim is req:
+                    break
+            if req.status != RequestStatus.RUNNING:
+                break
+            chunks.append(self._take(req, n, pending_keys))
+            scheduled.add(req.request_id)
+            budget -= n
+            i += 1
+
+        if not preempted:
+            budget = self._admit_waiting(budget, chunks, pending_keys)
+        return SchedulerOutput(chunks=chunks, preempted_ids=preempted, step=self.stats.steps)
+
+    def _admit_waiting(self, budget: int, chunks: list[ScheduledChunk], pending_keys: set[BlockKey]) -> int:
+        skipped: list[Request] = []
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            req = self.waiting[0]
+            bm = self.block_manager
+            if not req.block_ids:
+                keys = bm.prompt_keys(req)
+                hits = bm.find_cached_prefix(keys)
+                if len(hits) < len(keys) and keys[len(hits)] in pending_keys:
+                    skipped.append(self.waiting.popleft())  # a sibling computes this block right now
+                    continue
+                bm.allocate_cached_prefix(req)
+            n = min(req.num_tokens_with_spec - req.num_computed_tokens, budget)
+            if not bm.can_allocate(req, n):
+                bm.free(req)  # give back the cached prefix; its blocks stay cached for the next try
+                req.num_computed_tokens = 0
+                break
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            chunks.append(self._take(req, n, pending_keys))
+            budget -= n
+        self.waiting.extendleft(reversed(skipped))
+        return budget
+
+    def _take(self, req: Request, n: int, pending_keys: set[BlockKey]) -> ScheduledChunk:
+        """Allocate slots for ``n`` new tokens of ``req`` and record the chunk."""
+        ok = self.block_manager.allocate(req, n)
+        assert ok
+        start = req.num_computed_tokens
+        num_spec = max(0, start + n - req.num_tokens)
+        if start < req.max_computed_tokens:
+            self.stats.reprefill_tokens += min(start + n, req.max_computed_tokens) - start
+        if start < req.num_prompt_tokens:
+            self.stats.prompt_tokens_computed += min(start + n, req.num_prompt_tokens) - start
+            if self.block_manager.enable_prefix_caching:
+                bs = self.block_manager.block_size
+                first, last = start // bs, (start + n) // bs
+                if last > first:
+                    pending_keys.update(self.block_manager.chain_keys(req.all_token_ids(), last)[first:])
+        return ScheduledChunk(req.request_id, start, n, num_spec, samples=start + n >= req.num_tokens)
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.block_manager.free(req)
+        req.max_computed_tokens = max(req.max_computed_tokens, req.num_computed_tokens)
+        req.num_computed_tokens = 0
+        req.spec_token_ids = []
+        req.spec_parents = None
+        req.num_preemptions += 1
+        req.status = RequestStatus.WAITING
+        self.stats.preemptions += 1
+        self.waiting.appendleft(req)
+
+    # ------------------------------------------------------------------ update
+    def update_from_output(self, out: SchedulerOutput, results: dict[str, StepResult]) -> list[Request]:
+        """Apply one step's results; returns the requests that finished in this step."""
+        finished: list[Request] = []
+        for chunk in out.chunks:
+            req = self.requests.get(chunk.request_id)
+            if req is None or req.status != RequestStatus.RUNNING:
+                continue  # aborted meanwhile
+            res = results.get(chunk.request_id)
+            real_end = chunk.start + chunk.num_new_tokens - chunk.num_spec_tokens
+            if res is None or not res.token_ids:
+                req.num_computed_tokens = real_end
+                self.block_manager.cache_full_blocks(req)
+                continue
+            self._record_spec(chunk, res)
+            req.num_computed_tokens = real_end + res.num_accepted_spec
+            req.spec_token_ids = []
+            req.spec_parents = None
+            for tok, lp in zip(res.token_ids, res.logprobs):
+                req.append_output(tok, lp)
+                self.stats.output_tokens += 1
+                reason = req.check_stop(self.config.max_model_len)
+                if reason is not None:
+                    req.finish_reason = reason
+                    break
+            req.num_computed_tokens = min(req.num_computed_tokens, req.num_tokens - 1)
+            self.block_manager.trim(req, req.num_computed_tokens + 1)
+            self.block_manager.cache_full_blocks(req)
+            if req.finish_reason is not None:
+                self._finish(req)
+                finished.append(req)
+        return finished
+
+    def _record_spec(self, chunk: ScheduledChunk, res: StepResult) -> None:
+        if chunk.num_spec_tokens:
+            self.stats.spec_steps += 1
+            self.stats.spec_drafted += chunk.num_spec_tokens
+            self.stats.spec_accepted += res.num_accepted_spec
+            self.stats.spec_bonus += 1
+
+    def _finish(self, req: Request) -> None:
+        self.running.remove(req)
+        self.block_manager.free(req)
+        req.status = RequestStatus.FINISHED
+        del self.requests[req.request_id]
+
+    def check_integrity(self) -> None:
+        live = list(self.waiting) + self.running
+        assert len({r.request_id for r in live}) == len(live), "a request is queued twice"
+        assert set(self.requests) == {r.request_id for r in live}, "request table differs from the queues"
+        for req in self.running:
+            assert req.status == RequestStatus.RUNNING
+            assert req.num_computed_tokens <= req.num_tokens
+        for req in self.waiting:
+            assert req.status == RequestStatus.WAITING
+        assert len(self.running) <= self.config.max_num_seqs
+        self.block_manager.check_integrity(live)

@@ -1,0 +1,96 @@
+import random
+
+import pytest
+
+from seer.engine.block_manager import BlockManager
+from seer.engine.request import Request
+from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig
+from seer.sampling_params import SamplingParams
+from tests.engine.fake_model import VOCAB, next_token, run
+
+
+def make(num_blocks=64, block_size=4, **kw) -> Scheduler:
+    return Scheduler(SchedulerConfig(**kw), BlockManager(num_blocks, block_size))
+
+
+def reference(prompt: list[int], max_tokens: int) -> list[int]:
+    toks, out = list(prompt), []
+    for _ in range(max_tokens):
+        t = next_token(toks)
+        out.append(t)
+        toks.append(t)
+    return out
+
+
+def req(rid: str, prompt: list[int], max_tokens: int, group: str | None = None) -> Request:
+    return Request(rid, prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True), group_id=group)
+
+
+def test_continuous_batching_matches_reference():
+    rng = random.Random(0)
+    s = make(max_num_batched_tokens=16)
+    prompts = {f"r{i}": [rng.randrange(VOCAB) for _ in range(rng.randint(1, 30))] for i in range(10)}
+    for rid, p in prompts.items():
+        s.add_request(req(rid, p, 12))
+    done = run(s)
+    assert done == {rid: reference(p, 12) for rid, p in prompts.items()}
+
+
+def test_preemption_recomputes_and_counts():
+    s = make(num_blocks=12, block_size=4, max_num_batched_tokens=64)
+    prompts = {f"r{i}": [i + 1] * 6 for i in range(4)}
+    for rid, p in prompts.items():
+        s.add_request(req(rid, p, 14))
+    done = run(s)
+    assert done == {rid: reference(p, 14) for rid, p in prompts.items()}
+    assert s.stats.preemptions > 0
+    assert s.stats.reprefill_tokens > 0
+    assert s.block_manager.num_free_blocks == 12
+
+
+def test_group_prefills_prompt_once():
+    s = make(num_blocks=128, block_size=4, max_num_batched_tokens=512)
+    prompt = list(range(1, 22))  # 21 tokens: 5 full blocks + 1
+    for i in range(8):
+        s.add_request(req(f"g{i}", prompt, 5, group="g"))
+    done = run(s)
+    assert len(done) == 8 and all(v == reference(prompt, 5) for v in done.values())
+    # first sibling computes 21 tokens; the other 7 only the last partial block (1 token)
+    assert s.stats.prompt_tokens_computed == 21 + 7 * 1
+
+
+def test_speculative_drafts_are_verified():
+    s = make(max_num_batched_tokens=64)
+    prompt = [3, 1, 4, 1, 5]
+    s.add_request(req("a", prompt, 20))
+    ref = reference(prompt, 20)
+
+    def drafts(r):  # half-right drafts: the true continuation with every third token corrupted
+        k = r.num_output_tokens
+        d = ref[k:k + 4]
+        return [(t + 1) % VOCAB if (k + j) % 3 == 2 else t for j, t in enumerate(d)]
+
+    done = run(s, drafts)
+    assert done["a"] == ref
+    assert s.stats.spec_accepted > 0 and s.stats.spec_steps > 0
+
+
+def test_rejects_impossible_requests():
+    s = make(num_blocks=4, block_size=4, max_model_len=64)
+    with pytest.raises(RequestRejected, match="KV blocks"):
+        s.add_request(req("big", [1] * 10, 20))
+    with pytest.raises(RequestRejected, match="max_model_len"):
+        s.add_request(req("long", [1] * 64, 1))
+    with pytest.raises(RequestRejected, match="empty prompt"):
+        s.add_request(req("empty", [], 1))
+    s.add_request(req("ok", [1, 2], 3))
+    assert run(s) == {"ok": reference([1, 2], 3)}
+
+
+def test_abort_frees_blocks():
+    s = make()
+    s.add_request(req("a", [1, 2, 3, 4, 5], 50))
+    s.update_from_output(out := s.schedule(), {})
+    s.abort("a")
+    s.check_integrity()
+    assert s.block_manager.num_free_blocks == 64 and not s.has_unfinished
