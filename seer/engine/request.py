@@ -16,6 +16,7 @@ from seer.sampling_params import SamplingParams
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
+    PAUSED = "paused"  # a divided-rollout chunk ended: KV kept, not scheduled until resumed or exported
     FINISHED = "finished"
 
 
@@ -48,6 +49,8 @@ class Request:
     num_preemptions: int = 0
     num_cached_prompt_tokens: int = 0
     error: str | None = None
+    chunk_end: int | None = None  # divided rollout: pause once this many output tokens exist
+    reserve_tokens: int = 0       # KV slots to reserve at admission (a whole chunk: no preemption later)
 
     @property
     def num_prompt_tokens(self) -> int:

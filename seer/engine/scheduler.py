@@ -89,6 +89,7 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.paused: dict[str, Request] = {}
         self.stats = SchedulerStats()
         self._arrivals = 0
 
@@ -127,6 +128,7 @@ class Scheduler:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
+        self.paused.pop(request_id, None)
         self.block_manager.free(req)
         req.status = RequestStatus.FINISHED
         req.finish_reason = req.finish_reason or "abort"
@@ -134,7 +136,19 @@ class Scheduler:
 
     @property
     def has_unfinished(self) -> bool:
+        """Work left to step (paused requests wait for the caller, not for a step)."""
         return bool(self.waiting or self.running)
+
+    def resume(self, request_id: str, chunk_end: int | None, reserve_tokens: int = 0) -> Request:
+        """Queue a paused request for its next chunk; its KV blocks are still in place."""
+        req = self.paused.pop(request_id, None)
+        if req is None:
+            raise KeyError(f"request {request_id!r} is not paused here")
+        req.chunk_end = chunk_end
+        req.reserve_tokens = reserve_tokens
+        req.status = RequestStatus.WAITING
+        self.waiting.append(req)
+        return req
 
     # ------------------------------------------------------------------ scheduling
     def schedule(self) -> SchedulerOutput:
@@ -174,29 +188,32 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             req = self.waiting[0]
             bm = self.block_manager
-            if not req.block_ids:
+            fresh = not req.block_ids
+            if fresh:
                 keys = bm.prompt_keys(req)
                 hits = bm.find_cached_prefix(keys)
                 if len(hits) < len(keys) and keys[len(hits)] in pending_keys:
                     skipped.append(self.waiting.popleft())  # a sibling computes this block right now
                     continue
-                bm.allocate_cached_prefix(req)
+                req.num_cached_prompt_tokens = bm.allocate_cached_prefix(req)
             n = min(req.num_tokens_with_spec - req.num_computed_tokens, budget)
-            if not bm.can_allocate(req, n):
-                bm.free(req)  # give back the cached prefix; its blocks stay cached for the next try
-                req.num_computed_tokens = 0
+            reserve = max(n, req.reserve_tokens - req.num_computed_tokens)
+            if not bm.can_allocate(req, reserve):
+                if fresh:
+                    bm.free(req)  # give back the cached prefix; its blocks stay cached for the next try
+                    req.num_computed_tokens = 0
                 break
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             self.running.append(req)
-            chunks.append(self._take(req, n, pending_keys))
+            chunks.append(self._take(req, n, pending_keys, reserve))
             budget -= n
         self.waiting.extendleft(reversed(skipped))
         return budget
 
-    def _take(self, req: Request, n: int, pending_keys: set[BlockKey]) -> ScheduledChunk:
-        """Allocate slots for ``n`` new tokens of ``req`` and record the chunk."""
-        ok = self.block_manager.allocate(req, n)
+    def _take(self, req: Request, n: int, pending_keys: set[BlockKey], reserve: int = 0) -> ScheduledChunk:
+        """Allocate slots for ``n`` new tokens of ``req`` (at least ``reserve``) and record the chunk."""
+        ok = self.block_manager.allocate(req, max(n, reserve))
         assert ok
         start = req.num_computed_tokens
         num_spec = max(0, start + n - req.num_tokens)
@@ -225,7 +242,8 @@ class Scheduler:
 
     # ------------------------------------------------------------------ update
     def update_from_output(self, out: SchedulerOutput, results: dict[str, StepResult]) -> list[Request]:
-        """Apply one step's results; returns the requests that finished in this step."""
+        """Apply one step's results; returns the requests that stopped running in this step: finished ones
+        and, in divided rollout, those whose chunk ended (status PAUSED)."""
         finished: list[Request] = []
         for chunk in out.chunks:
             req = self.requests.get(chunk.request_id)
@@ -249,12 +267,22 @@ class Scheduler:
                     req.finish_reason = reason
                     break
             req.num_computed_tokens = min(req.num_computed_tokens, req.num_tokens - 1)
-            self.block_manager.trim(req, req.num_computed_tokens + 1)
+            self.block_manager.trim(req, max(req.num_computed_tokens + 1, req.reserve_tokens))
             self.block_manager.cache_full_blocks(req)
             if req.finish_reason is not None:
                 self._finish(req)
                 finished.append(req)
+            elif req.chunk_end is not None and req.num_output_tokens >= req.chunk_end:
+                self._pause(req)
+                finished.append(req)
         return finished
+
+    def _pause(self, req: Request) -> None:
+        self.running.remove(req)
+        req.status = RequestStatus.PAUSED
+        req.reserve_tokens = 0
+        self.block_manager.trim(req, req.num_computed_tokens + 1)
+        self.paused[req.request_id] = req
 
     def _record_spec(self, chunk: ScheduledChunk, res: StepResult) -> None:
         if chunk.num_spec_tokens:
@@ -270,7 +298,7 @@ class Scheduler:
         del self.requests[req.request_id]
 
     def check_integrity(self) -> None:
-        live = list(self.waiting) + self.running
+        live = list(self.waiting) + self.running + list(self.paused.values())
         assert len({r.request_id for r in live}) == len(live), "a request is queued twice"
         assert set(self.requests) == {r.request_id for r in live}, "request table differs from the queues"
         for req in self.running:
@@ -278,5 +306,7 @@ class Scheduler:
             assert req.num_computed_tokens <= req.num_tokens
         for req in self.waiting:
             assert req.status == RequestStatus.WAITING
+        for req in self.paused.values():
+            assert req.status == RequestStatus.PAUSED and req.num_computed_tokens == req.num_tokens - 1
         assert len(self.running) <= self.config.max_num_seqs
         self.block_manager.check_integrity(live)

@@ -94,3 +94,25 @@ def test_abort_frees_blocks():
     s.abort("a")
     s.check_integrity()
     assert s.block_manager.num_free_blocks == 64 and not s.has_unfinished
+
+
+def test_chunks_pause_keep_kv_and_resume():
+    s = make(num_blocks=64, block_size=4)
+    prompt = [1, 2, 3, 4, 5, 6]
+    r = req("a", prompt, 20)
+    r.chunk_end, r.reserve_tokens = 8, len(prompt) + 8
+    s.add_request(r)
+    outputs = []
+    while True:
+        run(s)
+        if "a" in s.paused:
+            assert s.paused["a"].num_output_tokens == len(outputs) + 8 or s.paused["a"].num_output_tokens == 20
+            blocks = list(s.paused["a"].block_ids)
+            outputs = list(s.paused["a"].output_token_ids)
+            end = min(len(outputs) + 8, 20)
+            resumed = s.resume("a", end, len(prompt) + end)
+            assert resumed.block_ids == blocks  # KV stayed in place
+            s.check_integrity()
+        else:
+            break
+    assert r.output_token_ids == reference(prompt, 20) and r.is_finished

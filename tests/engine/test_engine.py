@@ -1,0 +1,171 @@
+"""The engine against transformers on the same weights, and its invariants (prefix sharing, preemption,
+export/import, seeds, forced replay, bad input)."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from seer import LLM, SamplingParams
+from seer.engine.config import EngineConfig
+from seer.engine.llm_engine import LLMEngine
+from seer.engine.scheduler import RequestRejected
+
+PROMPTS = [[5, 17, 33, 9, 41, 12, 60, 7, 7, 3], [70, 71, 72], list(range(10, 50))]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+
+
+def hf_model(path):
+    import transformers
+    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def hf_greedy(model, prompt, max_new, eos):
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new, do_sample=False,
+                             eos_token_id=eos, pad_token_id=0)
+    gen = out[0, len(prompt):].tolist()
+    return gen[:gen.index(eos) + 1] if eos in gen else gen
+
+
+def engine(path, **kw) -> LLMEngine:
+    cfg = dict(model=str(path), dtype="float32", block_size=4, num_kv_blocks=256, max_num_batched_tokens=64)
+    cfg.update(kw)
+    return LLMEngine(EngineConfig(**cfg))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_greedy_tokens_and_logprobs_match_transformers(tiny_dirs, family):
+    path = tiny_dirs[family]
+    llm = LLM(path, dtype="float32", block_size=4, num_kv_blocks=256, max_num_batched_tokens=32)
+    outs = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
+    ref = hf_model(path)
+    for prompt, out in zip(PROMPTS, outs):
+        assert out.token_ids == hf_greedy(ref, prompt, 24, eos=2)
+        with torch.no_grad():
+            full = torch.tensor([prompt + out.token_ids])
+            lp = torch.log_softmax(ref(full).logits[0].float(), -1)
+        want = [lp[len(prompt) - 1 + i, t].item() for i, t in enumerate(out.token_ids)]
+        assert max(abs(a - b) for a, b in zip(out.logprobs, want)) < 1e-4
+
+
+def test_group_prefills_prompt_once(tiny_llama):
+    e = engine(tiny_llama)
+    prompt = list(range(3, 40))  # 37 tokens: 9 full blocks of 4 + 1
+    reqs = [e.add_request(prompt, SamplingParams(temperature=0.8, max_tokens=6, seed=i)) for i in range(8)]
+    e.run_until_done()
+    assert e.stats.prompt_tokens_computed == 37 + 7 * 1
+    assert all(r.num_output_tokens == 6 for r in reqs)
+
+
+def run_greedy(e, prompts, max_tokens=30):
+    reqs = [e.add_request(p, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True))
+            for p in prompts]
+    e.run_until_done()
+    return [r.output_token_ids for r in reqs]
+
+
+def test_preemption_recompute_gives_same_greedy_output(tiny_llama):
+    prompts = [[i + 3] * 9 for i in range(6)]
+    full = run_greedy(engine(tiny_llama), prompts)
+    tight = engine(tiny_llama, num_kv_blocks=40)  # 6 requests x 39 tokens need 60 blocks: preemption
+    assert run_greedy(tight, prompts) == full
+    assert tight.stats.preemptions > 0 and tight.stats.reprefill_tokens > 0
+    tight.scheduler.check_integrity()
+
+
+def test_export_import_continues_exactly(tiny_llama):
+    prompt = [9, 8, 7, 6, 5, 4, 3, 2, 11, 12, 13]
+    want = run_greedy(engine(tiny_llama), [prompt])[0]
+    a, b = engine(tiny_llama), engine(tiny_llama)
+    req = a.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True), request_id="x")
+    for _ in range(8):
+        a.step()
+    exp = a.export_request("x")
+    assert exp.kv is not None and exp.num_computed_tokens == req.num_tokens - 1
+    assert a.block_manager.num_free_blocks == a.block_manager.num_blocks
+    forward_before = b.runner.forward_tokens
+    r2 = b.import_request(exp)
+    b.run_until_done()
+    assert r2.output_token_ids == want
+    steps_after = 30 - len(exp.output_token_ids)
+    assert b.runner.forward_tokens - forward_before == steps_after  # one token per step: no re-prefill
+    assert a.kv_bytes_moved == exp.kv_bytes == b.kv_bytes_moved > 0
+
+
+def test_fixed_seed_reproduces_sampling(tiny_llama):
+    sp = SamplingParams(n=4, temperature=1.0, top_p=0.9, top_k=50, max_tokens=20, seed=123)
+    a = LLM(tiny_llama, dtype="float32").generate([PROMPTS[0]], sp, use_tqdm=False)[0]
+    b = LLM(tiny_llama, dtype="float32").generate([PROMPTS[0]], sp, use_tqdm=False)[0]
+    assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
+    assert len({tuple(c.token_ids) for c in a.outputs}) > 1  # siblings differ
+
+
+def test_forced_token_replay_emits_recording(tiny_llama):
+    e = engine(tiny_llama)
+    forced = [20, 21, 22, 23, 2, 24, 25]  # contains eos (2): replay still emits the whole recording
+    r = e.add_request(PROMPTS[1], SamplingParams(temperature=1.0, max_tokens=50), forced_token_ids=forced)
+    e.run_until_done()
+    assert r.output_token_ids == forced and r.finish_reason == "stop"
+    ref = hf_model(tiny_llama)
+    with torch.no_grad():
+        lp = torch.log_softmax(ref(torch.tensor([PROMPTS[1] + forced])).logits[0].float(), -1)
+    want = [lp[len(PROMPTS[1]) - 1 + i, t].item() for i, t in enumerate(forced)]
+    assert max(abs(x - y) for x, y in zip(r.output_logprobs, want)) < 1e-4
+
+
+def test_speculative_verification_is_lossless_greedy(tiny_llama):
+    prompts = [PROMPTS[0], PROMPTS[2]]
+    want = run_greedy(engine(tiny_llama), prompts, 30)
+    e = engine(tiny_llama)
+    reqs = [e.add_request(p, SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)) for p in prompts]
+    step = 0
+    while e.has_unfinished():
+        for i, r in enumerate(reqs):
+            if r.is_finished or r.num_computed_tokens < r.num_prompt_tokens:
+                continue
+            k = r.num_output_tokens
+            truth = want[i][k:k + 5]
+            if step % 2:   # chain draft, right for two tokens then wrong
+                r.spec_token_ids = truth[:2] + [(t + 1) % 128 for t in truth[2:]]
+            else:          # tree draft: a wrong first branch, then the right path
+                r.spec_token_ids = [(truth[0] + 3) % 128] + truth[:3] if len(truth) >= 3 else []
+                r.spec_parents = [-1, -1, 1, 2] if len(truth) >= 3 else None
+        e.step()
+        step += 1
+    assert [r.output_token_ids for r in reqs] == want
+    assert e.stats.spec_accepted > 0
+
+
+def test_bad_input_errors(tiny_llama, tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        LLM(tmp_path / "missing")
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_llama, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["architectures"] = ["GPT2LMHeadModel"]
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="GPT2LMHeadModel"):
+        LLM(bad)
+    with pytest.raises(ValueError, match="max_tokens"):
+        SamplingParams(max_tokens=0)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=-0.5)
+    e = engine(tiny_llama, num_kv_blocks=8, max_model_len=64)
+    ok = e.add_request([1, 2, 3], SamplingParams(temperature=0.0, max_tokens=5))
+    with pytest.raises(RequestRejected, match="max_model_len"):
+        e.add_request([5] * 70, SamplingParams(max_tokens=5))
+    with pytest.raises(RequestRejected, match="KV blocks"):
+        e.add_request([5] * 10, SamplingParams(max_tokens=40))
+    e.run_until_done()
+    assert ok.num_output_tokens >= 1 and ok.finish_reason is not None
+
+
+def test_llm_skip_invalid_keeps_others(tiny_llama):
+    llm = LLM(tiny_llama, dtype="float32", max_model_len=64)
+    outs = llm.generate([[1, 2, 3], [4] * 80], GREEDY, use_tqdm=False, skip_invalid=True)
+    assert outs[0].error is None and len(outs[0].token_ids) > 0
+    assert "max_model_len" in outs[1].error and outs[1].outputs == []
+    with pytest.raises(ValueError, match="prompt 1"):
+        llm.generate([[1, 2, 3], [4] * 80], GREEDY, use_tqdm=False)
