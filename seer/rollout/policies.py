@@ -1,0 +1,98 @@
+"""Rollout policies compared side by side: the baseline and the Seer ablation ladder.
+
+Why: Seer's claims are relative (throughput and tail against veRL, `context` against `oracle`), so every
+driver (real engine, trace replay, simulator) must mean the same thing by each policy name. A policy is just
+three switches:
+- `divided`: chunks through the global request buffer and KV pool with fit-only admission (technique 1); when
+  False, groups are split evenly across instances up front and each instance runs its share to completion with
+  continuous batching and recompute preemption (veRL).
+- `ordering`: which buffered request runs next (`fifo`, `context`, `oracle`; see context_scheduler.py).
+- `speculative`: grouped speculative decoding from sibling suffix trees (technique 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from seer.rollout.context_scheduler import ORDERINGS
+
+
+@dataclass(frozen=True)
+class RolloutPolicy:
+    name: str
+    divided: bool
+    ordering: str
+    speculative: bool
+
+    def __post_init__(self) -> None:
+        if self.ordering not in ORDERINGS:
+            raise ValueError(f"policy {self.name!r}: unknown ordering {self.ordering!r}")
+
+    @property
+    def preempts(self) -> bool:
+        """Only the non-divided baseline admits beyond its KV and preempts (recompute) when it runs out."""
+        return not self.divided
+
+    @property
+    def needs_true_lengths(self) -> bool:
+        return self.ordering == "oracle"
+
+
+POLICIES: dict[str, RolloutPolicy] = {
+    p.name: p
+    for p in (
+        RolloutPolicy("verl", divided=False, ordering="fifo", speculative=False),
+        RolloutPolicy("divided", divided=True, ordering="fifo", speculative=False),
+        RolloutPolicy("context", divided=True, ordering="context", speculative=False),
+        RolloutPolicy("seer", divided=True, ordering="context", speculative=True),
+        RolloutPolicy("oracle", divided=True, ordering="oracle", speculative=False),
+    )
+}
+
+
+class UnknownPolicyError(ValueError):
+    """A policy name that is not in the registry."""
+
+
+def policy_names() -> list[str]:
+    return list(POLICIES)
+
+
+def get_policy(name: str) -> RolloutPolicy:
+    """Look a policy up by name; an unknown name lists the known ones."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise UnknownPolicyError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}") from None
+
+
+def parse_policies(spec: str) -> list[RolloutPolicy]:
+    """`"verl,divided,seer"` -> policies, in order, without duplicates; rejects an empty list."""
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise UnknownPolicyError(f"no policy given; known policies: {', '.join(POLICIES)}")
+    return [get_policy(n) for n in dict.fromkeys(names)]
+
+
+def split_groups_evenly(group_ids: Sequence[int], num_instances: int) -> list[list[int]]:
+    """veRL's static split: consecutive slices of the group list, sizes differing by at most one.
+
+    veRL hands each data-parallel rollout worker a contiguous slice of the batch before generation starts; the
+    first `len % n` instances get one extra group.
+    """
+    if num_instances < 1:
+        raise ValueError(f"num_instances must be >= 1, got {num_instances}")
+    base, extra = divmod(len(group_ids), num_instances)
+    out: list[list[int]] = []
+    start = 0
+    for i in range(num_instances):
+        stop = start + base + (1 if i < extra else 0)
+        out.append(list(group_ids[start:stop]))
+        start = stop
+    return out
+
+
+def instance_of_group(group_ids: Sequence[int], num_instances: int) -> dict[int, int]:
+    """The static split as a mapping group_id -> instance, for `RequestBuffer.select_pinned`."""
+    return {g: i for i, share in enumerate(split_groups_evenly(group_ids, num_instances)) for g in share}

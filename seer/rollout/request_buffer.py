@@ -1,0 +1,345 @@
+"""The global request buffer of divided rollout, and the dispatcher that places chunks on instances.
+
+Why: under divided rollout (Seer technique 1) a response is not bound to one instance for its whole life; it
+runs a chunk of at most `chunk_tokens` tokens, comes back here, and its next chunk may run anywhere. That lets
+the cluster rebalance continuously (no instance idles while another is overloaded) and, with a global KV pool,
+move work without re-prefill. Admission is strict: a chunk is placed only where its KV fits for the whole chunk,
+so instances never preempt.
+
+The buffer is the single source of truth for where each request is (buffered, running on instance i, finished)
+and for group progress; an `Ordering` (context_scheduler.py) decides which buffered request goes next, and
+`select` decides where: the instance that already holds the request's KV if the chunk fits there, otherwise the
+instance with the most free KV (then fewest running). Instances sit in a heap with lazy updates, so a round with
+k dispatches over N instances costs O(N + k log N + k log n).
+
+The buffer is not thread-safe: one driver loop owns it (select, then report chunk ends). At dispatch a request's
+`kv_instance` / `kv_in_pool` still say where its KV was (the `Assignment.kv_source` says how to get it);
+`on_chunk_done` sets them anew. KV left resident on an instance counts in that instance's used blocks, so if
+nothing runs and nothing fits, the driver must evict resident KV to the pool (clear `kv_instance`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from seer.rollout.context_scheduler import Ordering, OrderingConfig, make_ordering
+from seer.rollout.types import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Assignment,
+    Group,
+    InstanceState,
+    KVSource,
+    RequestState,
+    RolloutRequest,
+    chunk_blocks_needed,
+)
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """How `select` places chunks."""
+
+    prefer_kv_holder: bool = True  # resume on the instance whose cache still holds the KV when it fits
+    extra_tokens: int = 0  # KV headroom per chunk beyond chunk_max_tokens (e.g. speculative draft tokens)
+    max_skips: int = 0  # requests that fit nowhere that a round may pass over (0: stop at the first one)
+
+
+class _InstancePicker:
+    """Instances with a free slot, most free KV tokens first, reserved on as chunks are placed."""
+
+    def __init__(self, instances: Sequence[InstanceState], config: DispatchConfig) -> None:
+        self._config = config
+        self._by_id: dict[int, InstanceState] = {}
+        self._heap: list[tuple[int, int, int, int]] = []
+        largest: int | None = 0
+        for inst in instances:
+            iid = inst.instance_id
+            if iid in self._by_id:
+                raise ValueError(f"duplicate instance id {iid}")
+            self._by_id[iid] = inst
+            if inst.alive:
+                largest = None if largest is None or inst.total_blocks is None else max(largest, inst.total_blocks)
+                if inst.running < inst.max_running:
+                    self._heap.append((-inst.free_blocks * inst.block_size, inst.running, iid, 0))
+        heapq.heapify(self._heap)
+        self._version = dict.fromkeys(self._by_id, 0)
+        self._largest = largest  # None when some live instance does not report its size
+
+    def _push(self, inst: InstanceState) -> None:
+        version = self._version.get(inst.instance_id, -1) + 1
+        self._version[inst.instance_id] = version
+        if inst.has_slot:
+            key = (-inst.free_blocks * inst.block_size, inst.running, inst.instance_id, version)
+            heapq.heappush(self._heap, key)
+
+    def _top(self) -> InstanceState | None:
+        while self._heap and self._version[self._heap[0][2]] != self._heap[0][3]:
+            heapq.heappop(self._heap)
+        return self._by_id[self._heap[0][2]] if self._heap else None
+
+    @property
+    def exhausted(self) -> bool:
+        return self._top() is None
+
+    def place(self, req: RolloutRequest, chunk: int) -> tuple[InstanceState, int] | None:
+        """Reserve room for the chunk and return (instance, blocks), or None if it fits nowhere now."""
+        extra = self._config.extra_tokens
+        holder = self._by_id.get(req.kv_instance) if req.kv_instance is not None else None
+        if self._config.prefer_kv_holder and holder is not None and holder.has_slot:
+            need = chunk_blocks_needed(req, holder, chunk, extra)
+            if need <= holder.free_blocks:
+                return self._reserve(holder, need)
+        top = self._top()
+        if top is None:
+            return None
+        need = chunk_blocks_needed(req, top, chunk, extra)
+        if need <= top.free_blocks:
+            return self._reserve(top, need)
+        if self._largest is not None and need > self._largest:
+            raise ValueError(
+                f"request {req.request_id}: a {chunk}-token chunk at context {req.context_len} needs {need} "
+                f"KV blocks, more than the largest instance holds ({self._largest})"
+            )
+        return None
+
+    def _reserve(self, inst: InstanceState, need: int) -> tuple[InstanceState, int]:
+        inst.free_blocks -= need
+        inst.running += 1
+        self._push(inst)
+        return inst, need
+
+
+class RequestBuffer:
+    """All requests of one rollout, where each one is, and the dispatch of their next chunks."""
+
+    def __init__(
+        self,
+        ordering: Ordering | str = "fifo",
+        chunk_tokens: int | None = None,
+        dispatch: DispatchConfig | None = None,
+        ordering_config: OrderingConfig | None = None,
+    ) -> None:
+        if chunk_tokens is not None and chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be >= 1 or None, got {chunk_tokens}")
+        self.ordering = make_ordering(ordering, ordering_config) if isinstance(ordering, str) else ordering
+        self.chunk_tokens = chunk_tokens
+        self.dispatch = dispatch or DispatchConfig()
+        self.requests: dict[int, RolloutRequest] = {}
+        self.groups: dict[int, Group] = {}
+        self._buffered: dict[int, RolloutRequest] = {}
+        self._running: dict[int, dict[int, RolloutRequest]] = {}
+        self._finished: set[int] = set()
+        self.kv_sources: Counter[KVSource] = Counter()  # chunks dispatched, by how their KV arrives
+        self.reprefill_tokens = 0  # tokens recomputed because a request's KV was lost
+
+    # ---- building -------------------------------------------------------------------------------------
+    def add_group(
+        self,
+        prompt_len: int,
+        size: int,
+        max_tokens: int,
+        *,
+        group_id: int | None = None,
+        prompt_token_ids: Sequence[int] | None = None,
+        true_lengths: Sequence[int] | None = None,
+    ) -> Group:
+        """Add G = `size` requests sampled from one prompt; request ids are assigned sequentially."""
+        gid = len(self.groups) if group_id is None else group_id
+        if gid in self.groups:
+            raise ValueError(f"group {gid} already added")
+        if size < 1 or max_tokens < 1 or prompt_len < 1:
+            raise ValueError(f"group {gid}: need size >= 1, max_tokens >= 1, prompt_len >= 1")
+        ids = tuple(prompt_token_ids) if prompt_token_ids is not None else None
+        if ids is not None and len(ids) != prompt_len:
+            raise ValueError(f"group {gid}: prompt_len {prompt_len} but {len(ids)} prompt token ids")
+        lengths = tuple(true_lengths) if true_lengths is not None else None
+        if lengths is not None and (len(lengths) != size or min(lengths) < 0):
+            raise ValueError(f"group {gid}: true_lengths must be {size} non-negative lengths")
+        group = Group(gid, size, max_tokens, true_lengths=lengths)
+        for index in range(size):
+            rid = len(self.requests)
+            req = RolloutRequest(
+                rid, gid, index, prompt_len, max_tokens, prompt_token_ids=ids,
+                true_length=lengths[index] if lengths is not None else None,
+            )
+            group.requests.append(req)
+            self.requests[rid] = req
+            self._buffered[rid] = req
+            self.ordering.push(req, group)
+        self.groups[gid] = group
+        return group
+
+    # ---- dispatch -------------------------------------------------------------------------------------
+    def select(self, instances: Sequence[InstanceState], n: int | None = None) -> list[Assignment]:
+        """Place up to `n` next chunks (ordering order) on `instances`.
+
+        Each placement reserves on the given `InstanceState`s (free_blocks -= blocks, running += 1), so several
+        chunks in one round never over-admit. Stops at the first request that fits nowhere (after
+        `max_skips` such requests); raises ValueError if a chunk exceeds every instance's `total_blocks`.
+        """
+        if not self._buffered or n == 0:
+            return []
+        picker = _InstancePicker(instances, self.dispatch)
+        out: list[Assignment] = []
+        skipped: list[RolloutRequest] = []
+        try:
+            while (n is None or len(out) < n) and not picker.exhausted:
+                req = self.ordering.pop()
+                if req is None:
+                    break
+                chunk = req.chunk_max_tokens(self.chunk_tokens)
+                try:
+                    placed = picker.place(req, chunk)
+                except ValueError:
+                    skipped.append(req)
+                    raise
+                if placed is None:
+                    skipped.append(req)
+                    if len(skipped) > self.dispatch.max_skips:
+                        break
+                    continue
+                out.append(self._start(req, placed[0].instance_id, chunk, placed[1]))
+        finally:
+            for req in skipped:
+                self.ordering.requeue(req, self.groups[req.group_id])
+        return out
+
+    def take(self, request_id: int, instance_id: int) -> Assignment:
+        """Dispatch one specific buffered request (no fit check, nothing reserved): manual or static drivers."""
+        req = self._buffered.get(request_id)
+        if req is None:
+            raise ValueError(f"request {request_id} is not in the buffer")
+        self.ordering.remove(req)
+        return self._start(req, instance_id, req.chunk_max_tokens(self.chunk_tokens), 0)
+
+    def select_pinned(self, instance_of_group: Mapping[int, int]) -> list[Assignment]:
+        """Dispatch every buffered request, in ordering order, to its group's fixed instance (veRL-style)."""
+        unplaced = {r.group_id for r in self._buffered.values()} - set(instance_of_group)
+        if unplaced:
+            raise KeyError(f"groups {sorted(unplaced)} have no instance in the static split")
+        out: list[Assignment] = []
+        while (req := self.ordering.pop()) is not None:
+            chunk = req.chunk_max_tokens(self.chunk_tokens)
+            out.append(self._start(req, instance_of_group[req.group_id], chunk, 0))
+        return out
+
+    def _start(self, req: RolloutRequest, instance_id: int, chunk: int, blocks: int) -> Assignment:
+        source = self._kv_source(req, instance_id)
+        assignment = Assignment(req, instance_id, chunk, source, blocks)
+        self.kv_sources[source] += 1
+        self.reprefill_tokens += assignment.reprefill_tokens
+        del self._buffered[req.request_id]
+        self._running.setdefault(instance_id, {})[req.request_id] = req
+        req.state = RequestState.RUNNING
+        req.running_on = instance_id
+        req.instance_history.append(instance_id)
+        req.chunks += 1
+        return assignment
+
+    @staticmethod
+    def _kv_source(req: RolloutRequest, instance_id: int) -> KVSource:
+        if req.kv_instance == instance_id:
+            return KVSource.LOCAL
+        if req.kv_in_pool:
+            return KVSource.POOL
+        return KVSource.FRESH if req.generated == 0 else KVSource.RECOMPUTE
+
+    # ---- completion -----------------------------------------------------------------------------------
+    def on_chunk_done(
+        self,
+        request_id: int,
+        new_tokens: int,
+        finished: bool = False,
+        finish_reason: str | None = None,
+        *,
+        kv_instance: int | None = None,
+        kv_in_pool: bool = True,
+        kv_tokens: int | None = None,
+    ) -> RolloutRequest:
+        """A chunk ended. Unfinished requests return to the buffer with their KV where the caller says it is.
+
+        Defaults follow the paper: the KV was written to the pool and freed on the instance. Reaching
+        max_tokens finishes the request (reason `length`) whatever `finished` says. `kv_tokens` (tokens the
+        KV covers) defaults to the whole context; pass the exact figure when KV stays resident, since the
+        dispatcher counts `blocks_for(kv_tokens)` as already held on `kv_instance`.
+        """
+        req = self.requests.get(request_id)
+        if req is None or req.state is not RequestState.RUNNING:
+            state = "unknown" if req is None else req.state.value
+            raise ValueError(f"request {request_id} is not running (it is {state})")
+        if new_tokens < 0 or req.generated + new_tokens > req.max_tokens:
+            raise ValueError(
+                f"request {request_id}: {new_tokens} new tokens after {req.generated} exceeds "
+                f"max_tokens {req.max_tokens}"
+            )
+        del self._running[req.running_on][request_id]  # type: ignore[index]
+        req.running_on = None
+        req.generated += new_tokens
+        group = self.groups[req.group_id]
+        if finished or req.generated == req.max_tokens:
+            req.state = RequestState.FINISHED
+            req.finish_reason = finish_reason or (FINISH_LENGTH if req.generated == req.max_tokens else FINISH_STOP)
+            req.kv_instance, req.kv_in_pool, req.kv_tokens = None, False, 0
+            self._finished.add(request_id)
+            group.finished_lengths.append(req.generated)
+            self.ordering.on_group_update(group)
+        else:
+            req.state = RequestState.BUFFERED
+            req.kv_instance, req.kv_in_pool = kv_instance, kv_in_pool
+            req.kv_tokens = req.context_len if kv_tokens is None else kv_tokens
+            self._buffered[request_id] = req
+            self.ordering.push(req, group)
+        return req
+
+    # ---- queries --------------------------------------------------------------------------------------
+    @property
+    def num_requests(self) -> int:
+        return len(self.requests)
+
+    @property
+    def num_buffered(self) -> int:
+        return len(self._buffered)
+
+    @property
+    def num_running(self) -> int:
+        return sum(len(r) for r in self._running.values())
+
+    @property
+    def num_finished(self) -> int:
+        return len(self._finished)
+
+    @property
+    def all_finished(self) -> bool:
+        return len(self._finished) == len(self.requests)
+
+    def running_on(self, instance_id: int) -> list[RolloutRequest]:
+        """Requests running a chunk on one instance (e.g. to return them to the buffer if it dies)."""
+        return list(self._running.get(instance_id, {}).values())
+
+    def buffered(self) -> Iterator[RolloutRequest]:
+        return iter(self._buffered.values())
+
+    # ---- integrity ------------------------------------------------------------------------------------
+    def check_integrity(self) -> None:
+        """Every request is in exactly one place, group tallies match their members, the ordering agrees."""
+        running = {rid: (iid, r) for iid, reqs in self._running.items() for rid, r in reqs.items()}
+        places = len(self._buffered) + len(running) + len(self._finished)
+        assert places == len(self.requests), "a request is in two places or in none"
+        assert set(self._buffered) | set(running) | self._finished == set(self.requests), "unknown request"
+        for rid, req in self.requests.items():
+            assert req.request_id == rid and 0 <= req.generated <= req.max_tokens, f"request {rid} corrupt"
+            if rid in self._buffered:
+                assert req.state is RequestState.BUFFERED and req.running_on is None, f"request {rid} state"
+            elif rid in running:
+                assert req.state is RequestState.RUNNING and req.running_on == running[rid][0], f"{rid} state"
+            else:
+                assert req.state is RequestState.FINISHED and req.finish_reason, f"request {rid} state"
+        for gid, group in self.groups.items():
+            assert [r.index for r in group.requests] == list(range(group.size)), f"group {gid} members"
+            done = sorted(r.generated for r in group.requests if r.finished)
+            assert sorted(group.finished_lengths) == done, f"group {gid} finished lengths"
+        self.ordering.check_integrity(self._buffered.values())

@@ -1,0 +1,163 @@
+"""Small shared types of the rollout control plane: requests, groups, instance snapshots, assignments.
+
+Why a separate module: the real engine rollout, trace replay and the cluster simulator all drive the same
+request buffer and orderings, so the vocabulary they exchange (what a request is, what an instance reports,
+what a dispatch decision says) must live in one torch-free place that every side imports unchanged.
+
+A `RolloutRequest` is one response of a group (GRPO samples each prompt G times). Under divided rollout it runs
+in chunks; between chunks it waits in the request buffer, and its KV cache is either still resident on the
+instance that ran it (`kv_instance`), parked in the global KV pool (`kv_in_pool`), both, or lost (then the next
+instance must recompute it from the token ids).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class RequestState(enum.Enum):
+    """Where a request is: waiting in the buffer, running a chunk on an instance, or done."""
+
+    BUFFERED = "buffered"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class KVSource(str, enum.Enum):
+    """How the instance that runs the next chunk gets the request's KV cache."""
+
+    FRESH = "fresh"  # nothing generated and no KV yet: an ordinary prefill of the prompt
+    LOCAL = "local"  # the KV is still resident on the chosen instance: no transfer
+    POOL = "pool"  # load it from the global KV pool: bytes move, nothing is recomputed
+    RECOMPUTE = "recompute"  # KV lost: re-prefill prompt + generated tokens (counts as reprefill)
+
+
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_ABORT = "abort"
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    """KV blocks needed to hold `tokens` tokens (ceil division)."""
+    return -(-tokens // block_size) if tokens > 0 else 0
+
+
+@dataclass(eq=False)
+class RolloutRequest:
+    """One response of a group; mutated only by the request buffer (and its ordering's bookkeeping)."""
+
+    request_id: int
+    group_id: int
+    index: int  # position in the group; index 0 is the group's probe
+    prompt_len: int
+    max_tokens: int
+    prompt_token_ids: tuple[int, ...] | None = None
+    true_length: int | None = None  # known only when replaying a trace (oracle ordering)
+    generated: int = 0
+    state: RequestState = RequestState.BUFFERED
+    finish_reason: str | None = None
+    running_on: int | None = None  # instance running its current chunk
+    kv_instance: int | None = None  # instance whose KV cache still holds this request's KV
+    kv_in_pool: bool = False  # a copy of its KV lives in the global KV pool
+    kv_tokens: int = 0  # tokens covered by the resident / pooled KV
+    instance_history: list[int] = field(default_factory=list)
+    chunks: int = 0
+    # Ordering bookkeeping (written by orderings only): arrival order, pops served at arrival, live heap ticket.
+    arrival_seq: int = -1
+    arrival_served: int = 0
+    ticket: int = -1
+
+    @property
+    def is_probe(self) -> bool:
+        """The first request of each group is its probe (speculative request of context-aware scheduling)."""
+        return self.index == 0
+
+    @property
+    def finished(self) -> bool:
+        return self.state is RequestState.FINISHED
+
+    @property
+    def context_len(self) -> int:
+        """Prompt plus generated tokens: the sequence length the next chunk starts from."""
+        return self.prompt_len + self.generated
+
+    @property
+    def remaining_budget(self) -> int:
+        return self.max_tokens - self.generated
+
+    def chunk_max_tokens(self, chunk_tokens: int | None) -> int:
+        """`min(chunk_tokens, max_tokens - generated)`; `None` means no chunking (the whole remaining budget)."""
+        if chunk_tokens is None:
+            return self.remaining_budget
+        return min(chunk_tokens, self.remaining_budget)
+
+
+@dataclass(eq=False)
+class Group:
+    """G requests sampled from one prompt, plus what their finished siblings reveal about length."""
+
+    group_id: int
+    size: int
+    max_tokens: int
+    requests: list[RolloutRequest] = field(default_factory=list)
+    finished_lengths: list[int] = field(default_factory=list)
+    true_lengths: tuple[int, ...] | None = None
+
+    @property
+    def length_estimate(self) -> int:
+        """L_g: the longest finished response so far, or max_tokens before any has finished."""
+        return max(self.finished_lengths) if self.finished_lengths else self.max_tokens
+
+    @property
+    def num_finished(self) -> int:
+        return len(self.finished_lengths)
+
+    @property
+    def done(self) -> bool:
+        return len(self.finished_lengths) == self.size
+
+
+@dataclass
+class InstanceState:
+    """What an engine instance reports before a dispatch round; `select` reserves on it as it assigns."""
+
+    instance_id: int
+    free_blocks: int
+    block_size: int
+    running: int = 0
+    max_running: int = 1 << 30
+    total_blocks: int | None = None  # lets the dispatcher reject chunks that could never fit
+    alive: bool = True
+
+    @property
+    def has_slot(self) -> bool:
+        return self.alive and self.running < self.max_running
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One dispatch decision: run up to `max_new_tokens` of `request` on `instance_id`."""
+
+    request: RolloutRequest
+    instance_id: int
+    max_new_tokens: int
+    kv_source: KVSource
+    blocks_reserved: int
+
+    @property
+    def request_id(self) -> int:
+        return self.request.request_id
+
+    @property
+    def reprefill_tokens(self) -> int:
+        """Tokens this chunk recomputes because the KV was lost (0 unless `kv_source` is RECOMPUTE)."""
+        return self.request.context_len if self.kv_source is KVSource.RECOMPUTE else 0
+
+
+def chunk_blocks_needed(req: RolloutRequest, inst: InstanceState, chunk: int, extra_tokens: int = 0) -> int:
+    """New KV blocks `inst` must find for `chunk` more tokens of `req` (blocks resident there are reused)."""
+    total = blocks_for(req.context_len + chunk + extra_tokens, inst.block_size)
+    if req.kv_instance == inst.instance_id:
+        total -= blocks_for(req.kv_tokens, inst.block_size)
+    return max(total, 0)

@@ -1,0 +1,127 @@
+"""Orderings: probes first (shortest generated first), longest estimate first, guard, oracle, fifo."""
+
+from __future__ import annotations
+
+import pytest
+
+from seer.rollout.context_scheduler import ORDERINGS, OrderingConfig, make_ordering
+from seer.rollout.request_buffer import RequestBuffer
+
+from .helpers import order, run_chunk
+
+NO_GUARD = OrderingConfig(guard_every=0, max_wait=None)
+
+
+def context_buffer(groups: int = 3, size: int = 3, max_tokens: int = 100, **cfg: int | None) -> RequestBuffer:
+    buf = RequestBuffer("context", chunk_tokens=10, ordering_config=OrderingConfig(**{**vars(NO_GUARD), **cfg}))
+    for _ in range(groups):
+        buf.add_group(prompt_len=4, size=size, max_tokens=max_tokens)
+    return buf
+
+
+def test_registry_and_unknown_ordering() -> None:
+    assert set(ORDERINGS) == {"fifo", "context", "oracle"}
+    with pytest.raises(ValueError, match="known: context, fifo, oracle"):
+        make_ordering("lifo")
+
+
+def test_probes_run_first_in_group_order() -> None:
+    buf = context_buffer()
+    assert order(buf, 3) == [(0, 0), (1, 0), (2, 0)]
+    buf.check_integrity()
+
+
+def test_shortest_generated_probe_first() -> None:
+    buf = context_buffer()
+    for gid, tokens in ((0, 30), (1, 10), (2, 20)):
+        run_chunk(buf, gid, 0, tokens)
+    assert order(buf, 3) == [(1, 0), (2, 0), (0, 0)]
+    buf.check_integrity()
+
+
+def test_longest_estimate_first_after_probes() -> None:
+    buf = context_buffer()
+    run_chunk(buf, 0, 0, 10, finished=True)  # L_0 = 10
+    run_chunk(buf, 1, 0, 50, finished=True)  # L_1 = 50
+    buf.take(buf.groups[2].requests[0].request_id, 1)  # group 2's probe still running: L_2 = max_tokens
+    assert [buf.groups[g].length_estimate for g in range(3)] == [10, 50, 100]
+    assert order(buf) == [(2, 1), (2, 2), (1, 1), (1, 2), (0, 1), (0, 2)]
+    buf.check_integrity()
+
+
+def test_estimate_updates_when_a_sibling_finishes() -> None:
+    buf = context_buffer(groups=2)
+    a_probe = buf.groups[0].requests[0].request_id
+    buf.take(a_probe, 0)
+    run_chunk(buf, 1, 0, 60, finished=True)  # L_B = 60 < L_A = 100
+    assert order(buf, 1) == [(0, 1)]
+    buf.on_chunk_done(a_probe, 20, finished=True)  # L_A drops to 20: B now goes first
+    assert buf.groups[0].length_estimate == 20
+    assert order(buf) == [(1, 1), (1, 2), (0, 2)]
+    buf.check_integrity()
+
+
+def test_estimate_is_longest_finished_sibling() -> None:
+    buf = context_buffer(groups=1, size=4)
+    run_chunk(buf, 0, 1, 40, finished=True)
+    run_chunk(buf, 0, 2, 70, finished=True)
+    run_chunk(buf, 0, 3, 5, finished=True)
+    assert buf.groups[0].length_estimate == 70
+
+
+def test_guard_every_k_serves_the_longest_waiting() -> None:
+    buf = context_buffer(groups=2, guard_every=2)
+    run_chunk(buf, 0, 0, 5, finished=True)  # L_0 = 5: group 0's siblings arrived first but go last
+    run_chunk(buf, 1, 0, 90, finished=True)  # L_1 = 90
+    # every 2nd dispatch is the guard's: the oldest waiting request
+    assert order(buf) == [(1, 1), (0, 1), (1, 2), (0, 2)]
+
+
+def test_guard_max_wait_fires_after_w_dispatches() -> None:
+    lengths = ((0, 5), (1, 90), (2, 80), (3, 70), (4, 60))
+    guarded, plain = context_buffer(groups=5, size=2, max_wait=2), context_buffer(groups=5, size=2)
+    for buf in (guarded, plain):
+        for gid, length in lengths:
+            run_chunk(buf, gid, 0, length, finished=True)
+    assert order(plain) == [(1, 1), (2, 1), (3, 1), (4, 1), (0, 1)]
+    # (0, 1) arrived first; once more than 2 dispatches have passed it over, it is served
+    assert order(guarded) == [(1, 1), (2, 1), (3, 1), (0, 1), (4, 1)]
+
+
+def test_oracle_longest_true_remaining_first() -> None:
+    buf = RequestBuffer("oracle", chunk_tokens=10)
+    buf.add_group(4, 2, 100, true_lengths=[30, 80])
+    buf.add_group(4, 2, 100, true_lengths=[60, 10])
+    assert order(buf, 1) == [(0, 1)]  # 80 remaining
+    buf.on_chunk_done(buf.groups[0].requests[1].request_id, 50)  # now 30 remaining
+    assert order(buf) == [(1, 0), (0, 0), (0, 1), (1, 1)]  # 60, 30 (earlier arrival), 30, 10
+    buf.check_integrity()
+
+
+def test_oracle_needs_true_lengths() -> None:
+    buf = RequestBuffer("oracle")
+    with pytest.raises(ValueError, match="true lengths"):
+        buf.add_group(4, 2, 100)
+
+
+def test_fifo_is_arrival_order() -> None:
+    buf = RequestBuffer("fifo", chunk_tokens=10)
+    buf.add_group(4, 2, 100)
+    buf.add_group(4, 2, 100)
+    run_chunk(buf, 0, 0, 10)  # goes to the back
+    assert order(buf) == [(0, 1), (1, 0), (1, 1), (0, 0)]
+
+
+@pytest.mark.parametrize("name", sorted(ORDERINGS))
+def test_requeue_restores_position(name: str) -> None:
+    buf = RequestBuffer(name, ordering_config=OrderingConfig(guard_every=0))
+    for gid in range(3):
+        buf.add_group(4, 3, 100, true_lengths=[50 + gid, 20, 90 - gid])
+    ordering = buf.ordering
+    first = ordering.pop()
+    second = ordering.pop()
+    assert first is not None and second is not None
+    ordering.requeue(second, buf.groups[second.group_id])
+    ordering.requeue(first, buf.groups[first.group_id])
+    assert ordering.served == 0
+    assert ordering.pop() is first and ordering.pop() is second
