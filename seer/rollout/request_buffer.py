@@ -244,8 +244,8 @@ class RequestBuffer:
     def _kv_source(req: RolloutRequest, instance_id: int) -> KVSource:
         if req.kv_instance == instance_id:
             return KVSource.LOCAL
-        if req.kv_in_pool:
-            return KVSource.POOL
+        if req.kv_in_pool or req.kv_instance is not None:
+            return KVSource.POOL  # resident on another instance: the driver moves it through the pool
         return KVSource.FRESH if req.generated == 0 else KVSource.RECOMPUTE
 
     # ---- completion -----------------------------------------------------------------------------------

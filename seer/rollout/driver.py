@@ -1,0 +1,297 @@
+"""The rollout driver: turns groups into finished responses across instances, in virtual time.
+
+One loop serves the real engine and the simulator: instances report steps (duration + chunk-end events), the
+driver feeds the events to the request buffer and dispatches the next chunks. Time is a discrete-event clock:
+an instance's step starts when the instance is free and has work, and its events take effect when the step
+ends. With a real engine the duration is the measured wall time of the step (instances in one process take
+turns, so each instance's timeline is what it would be on its own accelerator); with a cost model it is the
+model's price, which makes every decision reproducible (the simulator and the engine then agree exactly).
+
+Policies: ``verl`` pins groups to instances up front and lets each engine batch and preempt; the divided
+policies run chunks of ``chunk_tokens``, reserve a chunk's KV at admission (no preemption) and keep a paused
+request's KV resident where it ran, moving it through the global KV pool only when its next chunk goes
+elsewhere or its space is needed. Torch-free.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Callable
+
+from seer.rollout.context_scheduler import OrderingConfig
+from seer.rollout.instance import ChunkEvent, ChunkStart, Instance, RequestSpec, StepReport
+from seer.rollout.metrics import ResponseRecord, RolloutMetrics, compute_metrics
+from seer.rollout.policies import RolloutPolicy, instance_of_group
+from seer.rollout.request_buffer import RequestBuffer
+from seer.rollout.types import Assignment, KVSource, RequestState, chunk_blocks_needed
+from seer.sampling_params import SamplingParams
+
+
+class RolloutStalled(RuntimeError):
+    """No instance can make progress while responses remain (never hang: report instead)."""
+
+
+@dataclass(frozen=True)
+class GroupInput:
+    """One prompt sampled ``size`` times."""
+
+    prompt_token_ids: tuple[int, ...]
+    size: int
+    params: SamplingParams
+    key: str = ""
+    forced: tuple[tuple[int, ...], ...] | None = None   # per response: recorded tokens to replay
+    true_lengths: tuple[int, ...] | None = None          # oracle ordering only
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"group {self.key or '?'}: group size must be >= 1, got {self.size}")
+        if not self.prompt_token_ids:
+            raise ValueError(f"group {self.key or '?'}: empty prompt")
+        if self.forced is not None and len(self.forced) != self.size:
+            raise ValueError(f"group {self.key or '?'}: {len(self.forced)} recorded responses for size {self.size}")
+
+
+@dataclass
+class ResponseResult:
+    request_id: int
+    group_id: int
+    index: int
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    finish_time_s: float | None = None
+    instance_history: list[int] = field(default_factory=list)
+
+
+@dataclass
+class RolloutResult:
+    responses: list[ResponseResult]
+    metrics: RolloutMetrics
+    decisions: dict[int, list[tuple]]
+    stats: dict
+
+    def groups(self) -> dict[int, list[ResponseResult]]:
+        out: dict[int, list[ResponseResult]] = {}
+        for r in self.responses:
+            out.setdefault(r.group_id, []).append(r)
+        return out
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Kill ``instance_id`` at virtual time ``at_s`` (tests and demos of fault tolerance)."""
+
+    instance_id: int
+    at_s: float
+
+
+class RolloutDriver:
+    def __init__(self, policy: RolloutPolicy, instances: list[Instance], groups: list[GroupInput],
+                 chunk_tokens: int = 128, ordering_config: OrderingConfig | None = None,
+                 draft_headroom: int = 0, on_progress: Callable[["RolloutDriver"], None] | None = None,
+                 fault: FaultPlan | None = None) -> None:
+        if not instances:
+            raise ValueError("a rollout needs at least one instance")
+        if not groups:
+            raise ValueError("a rollout needs at least one group")
+        if policy.needs_true_lengths and any(g.true_lengths is None for g in groups):
+            raise ValueError(f"policy {policy.name!r} needs the true response lengths of a replayed trace")
+        self.policy = policy
+        self.instances = {inst.instance_id: inst for inst in instances}
+        self.alive = set(self.instances)
+        from seer.rollout.request_buffer import DispatchConfig
+        self.buffer = RequestBuffer(policy.ordering, chunk_tokens=chunk_tokens if policy.divided else None,
+                                    dispatch=DispatchConfig(extra_tokens=draft_headroom),
+                                    ordering_config=ordering_config)
+        self.specs: dict[int, RequestSpec] = {}
+        self.results: dict[int, ResponseResult] = {}
+        for g in groups:
+            group = self.buffer.add_group(len(g.prompt_token_ids), g.size, g.params.max_tokens,
+                                          prompt_token_ids=g.prompt_token_ids, true_lengths=g.true_lengths)
+            for req in group.requests:
+                forced = None if g.forced is None else g.forced[req.index]
+                self.specs[req.request_id] = RequestSpec(req.request_id, group.group_id, req.index,
+                                                         g.prompt_token_ids, g.params, forced, g.key)
+                self.results[req.request_id] = ResponseResult(req.request_id, group.group_id, req.index)
+        self.on_progress = on_progress
+        self.fault = fault
+        self.now = 0.0
+        self.busy: dict[int, list[tuple[float, float]]] = {i: [] for i in self.instances}
+        self.decisions: dict[int, list[tuple]] = {i: [] for i in self.instances}
+        self.counters = {"preemptions": 0, "evictions": 0, "kv_bytes_moved": 0, "steps": 0, "tokens": 0}
+
+    # ------------------------------------------------------------------ dispatch
+    def _launch(self, a: Assignment) -> None:
+        req = a.request
+        rid = req.request_id
+        if a.kv_source is KVSource.POOL and req.kv_instance is not None and req.kv_instance != a.instance_id:
+            self.counters["kv_bytes_moved"] += self.instances[req.kv_instance].evict(rid)
+            self.counters["evictions"] += 1
+            req.kv_instance, req.kv_in_pool = None, True
+        res = self.results[rid]
+        res.instance_history.append(a.instance_id)
+        chunk = ChunkStart(a, self.specs[rid], tuple(res.token_ids), req.generated + a.max_new_tokens,
+                           reserve=self.policy.divided)
+        self.instances[a.instance_id].start(chunk)
+
+    def _dispatch(self) -> None:
+        if not self.policy.divided:
+            return
+        while True:
+            states = [self.instances[i].state() for i in sorted(self.alive)]
+            placed = self.buffer.select(states)
+            for a in placed:
+                self._launch(a)
+            if placed or not self._make_room():
+                return
+
+    def _make_room(self) -> bool:
+        """Evict resident KV of waiting requests so the next request in order fits somewhere."""
+        head = self.buffer.ordering.pop()
+        if head is None:
+            return False
+        self.buffer.ordering.requeue(head, self.buffer.groups[head.group_id])
+        chunk = head.chunk_max_tokens(self.buffer.chunk_tokens)
+        best = None
+        for iid in sorted(self.alive):
+            inst = self.instances[iid]
+            st = inst.state()
+            if not st.has_slot:
+                continue
+            need = chunk_blocks_needed(head, st, chunk, self.buffer.dispatch.extra_tokens)
+            victims = [r for r in inst.resident()
+                       if r != head.request_id and self.buffer.requests[r].state is RequestState.BUFFERED]
+            if not victims or st.free_blocks + sum(inst.resident_blocks(r) for r in victims) < need:
+                continue
+            if best is None or st.free_blocks > best[1]:
+                best = (iid, st.free_blocks, need, victims)
+        if best is None:
+            return False
+        iid, free, need, victims = best
+        inst = self.instances[iid]
+        for rid in victims:
+            if free >= need:
+                break
+            free += inst.resident_blocks(rid)
+            self._evict(iid, rid)
+        return True
+
+    def _evict(self, iid: int, rid: int) -> None:
+        self.counters["kv_bytes_moved"] += self.instances[iid].evict(rid)
+        self.counters["evictions"] += 1
+        req = self.buffer.requests[rid]
+        req.kv_instance, req.kv_in_pool = None, True
+
+    # ------------------------------------------------------------------ events
+    def _apply(self, iid: int, ev: ChunkEvent) -> None:
+        res = self.results[ev.request_id]
+        res.token_ids += ev.new_token_ids
+        res.logprobs += ev.new_logprobs
+        self.counters["tokens"] += len(ev.new_token_ids)
+        req = self.buffer.on_chunk_done(ev.request_id, len(ev.new_token_ids), ev.finished, ev.finish_reason,
+                                        kv_instance=None if ev.finished else iid, kv_in_pool=False,
+                                        kv_tokens=ev.kv_tokens)
+        if req.finished:
+            res.finish_reason = req.finish_reason
+            res.finish_time_s = self.now
+            if not ev.finished:
+                self.instances[iid].release(ev.request_id)  # max_tokens reached at a chunk boundary
+
+    def _record(self, iid: int, start: float, rep: StepReport) -> None:
+        self.busy[iid].append((start, start + rep.duration_s))
+        self.decisions[iid].append(rep.trace)
+        self.counters["steps"] += 1
+        self.counters["preemptions"] += rep.preemptions
+
+    # ------------------------------------------------------------------ faults
+    def _kill(self, iid: int) -> None:
+        """An instance died: its running chunks return to the buffer (tokens of the lost chunk are redone)."""
+        self.alive.discard(iid)
+        if not self.alive:
+            raise RolloutStalled("every instance has failed")
+        for req in list(self.buffer.running_on(iid)):
+            self.buffer.on_chunk_done(req.request_id, 0, kv_instance=None, kv_in_pool=False)
+        for req in self.buffer.requests.values():
+            if req.kv_instance == iid:
+                req.kv_instance, req.kv_tokens = None, 0
+        self.counters["failed_instances"] = self.counters.get("failed_instances", 0) + 1
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> RolloutResult:
+        if not self.policy.divided:
+            split = instance_of_group(sorted(self.buffer.groups), len(self.instances))
+            ids = sorted(self.instances)
+            for a in self.buffer.select_pinned({g: ids[i] for g, i in split.items()}):
+                self._launch(a)
+        self._dispatch()
+        in_flight: list[tuple[float, int, int, StepReport, float]] = []
+        busy_ids: set[int] = set()
+        seq = 0
+
+        def start_idle() -> None:
+            nonlocal seq
+            for iid in sorted(self.alive - busy_ids):
+                inst = self.instances[iid]
+                if not inst.has_work():
+                    continue
+                rep = inst.step()
+                if rep.stalled and not rep.scheduled_tokens:
+                    victims = [r for r in inst.resident() if self.buffer.requests[r].state is RequestState.BUFFERED]
+                    if victims:
+                        self._evict(iid, victims[0])
+                        rep = inst.step()
+                seq += 1
+                heapq.heappush(in_flight, (self.now + rep.duration_s, seq, iid, rep, self.now))
+                busy_ids.add(iid)
+
+        start_idle()
+        while not self.buffer.all_finished:
+            if self.fault is not None and in_flight and in_flight[0][0] >= self.fault.at_s \
+                    and self.fault.instance_id in self.alive:
+                self.now = max(self.now, self.fault.at_s)
+                in_flight = [x for x in in_flight if x[2] != self.fault.instance_id]
+                heapq.heapify(in_flight)
+                busy_ids.discard(self.fault.instance_id)
+                self._kill(self.fault.instance_id)
+                self._dispatch()
+                start_idle()
+                continue
+            if not in_flight:
+                raise RolloutStalled(self._diagnose())
+            end, _, iid, rep, start = heapq.heappop(in_flight)
+            self.now = end
+            busy_ids.discard(iid)
+            self._record(iid, start, rep)
+            for ev in rep.events:
+                self._apply(iid, ev)
+            if rep.events:
+                self._dispatch()
+                if self.on_progress is not None:
+                    self.on_progress(self)
+            start_idle()
+        return self._result()
+
+    def _diagnose(self) -> str:
+        b = self.buffer
+        return (f"rollout stalled at t={self.now:.3f}s: {b.num_buffered} buffered, {b.num_running} running, "
+                f"{b.num_finished}/{b.num_requests} finished, alive instances {sorted(self.alive)}; "
+                f"a chunk fits on no instance (raise KV memory or lower chunk_tokens/max_tokens)")
+
+    def _result(self) -> RolloutResult:
+        records = [ResponseRecord(r.finish_time_s or 0.0, len(r.token_ids), r.request_id, r.group_id)
+                   for r in self.results.values()]
+        metrics = compute_metrics(records, [self.busy[i] for i in sorted(self.instances)],
+                                  preemptions=self.counters["preemptions"],
+                                  reprefill_tokens=self.buffer.reprefill_tokens + self._instance_reprefill(),
+                                  kv_bytes_moved=self.counters["kv_bytes_moved"] + self._instance_bytes())
+        stats = dict(self.counters, kv_sources={k.value: v for k, v in self.buffer.kv_sources.items()},
+                     instances={i: inst.stats() for i, inst in self.instances.items()})
+        responses = sorted(self.results.values(), key=lambda r: (r.group_id, r.index))
+        return RolloutResult(responses, metrics, self.decisions, stats)
+
+    def _instance_reprefill(self) -> int:
+        return sum(int(inst.stats().get("reprefill_tokens", 0)) for inst in self.instances.values())
+
+    def _instance_bytes(self) -> int:
+        return sum(int(inst.stats().get("kv_bytes_loaded", 0)) for inst in self.instances.values())
