@@ -1,0 +1,209 @@
+"""Adaptive draft length: speculate only where it pays, and spend the verify budget where it gains most.
+
+Why: verifying gamma draft tokens is almost free when the batch is small (decode is memory bound: the tail of a
+rollout) and costs nearly gamma times a plain step when the batch is large (compute bound). DESIGN.md's rule:
+with per-token acceptance ``a``, batch ``B`` and ``g`` draft tokens, the time per emitted token is
+
+    T_SD(g) = (1 - a) * (D(B, g) + T(B, g)) / (1 - a ** (g + 1))
+
+(``T(B, g)``: verify step with ``g`` drafts per sequence, i.e. ``g + 1`` tokens per sequence; ``D``: drafting
+time), and speculation is worth it only when ``T_SD(g) < T(B, 0)``, the plain decode step. Acceptance is tracked
+online (decayed counts per request, with the group's estimate as the prior, and a global prior for new groups).
+For a batch with different acceptances, drafts are handed out token by token in order of marginal expected gain
+(draft token ``j`` of request ``i`` is accepted with probability ``a_i ** j``), probes first, and the prefix of
+that order with the best tokens per second is kept; it is empty, i.e. speculation is off, on a large busy batch.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Hashable, Mapping, Sequence
+
+__all__ = ["VerifyCostModel", "AcceptanceTracker", "PolicyConfig", "SpecPolicy", "PolicyRequest", "t_sd"]
+
+
+def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Piecewise-linear interpolation, linear extrapolation beyond the ends."""
+    if len(xs) == 1:
+        return ys[0]
+    i = min(max(bisect_right(xs, x) - 1, 0), len(xs) - 2)
+    x0, x1, y0, y1 = xs[i], xs[i + 1], ys[i], ys[i + 1]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+class VerifyCostModel:
+    """Step time ``T(B, n)`` of a batch of ``B`` sequences with ``n`` tokens each (``n = 1``: plain decode), from
+    a measured table, bilinear in between. The engine fills it by profiling (``to_profile`` round-trips)."""
+
+    def __init__(self, batch_sizes: Sequence[int], tokens_per_seq: Sequence[int],
+                 times_s: Sequence[Sequence[float]], draft_s_per_request: float = 0.0) -> None:
+        if not batch_sizes or not tokens_per_seq:
+            raise ValueError("the cost table needs at least one batch size and one tokens_per_seq")
+        if list(batch_sizes) != sorted(set(batch_sizes)) or list(tokens_per_seq) != sorted(set(tokens_per_seq)):
+            raise ValueError("batch_sizes and tokens_per_seq must be strictly increasing")
+        if tokens_per_seq[0] != 1:
+            raise ValueError("tokens_per_seq must start at 1 (the plain decode step)")
+        if len(times_s) != len(batch_sizes) or any(len(row) != len(tokens_per_seq) for row in times_s):
+            raise ValueError("times_s must be a len(batch_sizes) x len(tokens_per_seq) table")
+        if any(t <= 0 for row in times_s for t in row) or draft_s_per_request < 0:
+            raise ValueError("step times must be > 0 and draft_s_per_request >= 0")
+        self.batch_sizes = [float(b) for b in batch_sizes]
+        self.tokens_per_seq = [float(n) for n in tokens_per_seq]
+        self.times_s = [[float(t) for t in row] for row in times_s]
+        self.draft_s_per_request = draft_s_per_request
+
+    @classmethod
+    def from_profile(cls, profile: Mapping) -> "VerifyCostModel":
+        """``{"batch_sizes": [...], "tokens_per_seq": [...], "times_s": [[...], ...], "draft_s_per_request": x}``"""
+        try:
+            return cls(profile["batch_sizes"], profile["tokens_per_seq"], profile["times_s"],
+                       profile.get("draft_s_per_request", 0.0))
+        except KeyError as exc:
+            raise ValueError(f"cost profile lacks {exc.args[0]!r}") from None
+
+    def to_profile(self) -> dict:
+        return {"batch_sizes": [int(b) for b in self.batch_sizes], "tokens_per_seq": [int(n) for n in
+                self.tokens_per_seq], "times_s": self.times_s, "draft_s_per_request": self.draft_s_per_request}
+
+    def row_for_batch(self, batch: float) -> list[float]:
+        """``T(batch, n)`` for every profiled ``n`` (interpolated in B)."""
+        return [_interp(self.batch_sizes, [row[j] for row in self.times_s], batch)
+                for j in range(len(self.tokens_per_seq))]
+
+    def step_time(self, batch: float, tokens_per_seq: float, row: Sequence[float] | None = None) -> float:
+        """Interpolated ``T(B, n)``; never below 1% of the smallest measured time. ``row``: a cached
+        ``row_for_batch(batch)``."""
+        row = self.row_for_batch(batch) if row is None else row
+        floor = 0.01 * min(min(r) for r in self.times_s)
+        return max(_interp(self.tokens_per_seq, row, tokens_per_seq), floor)
+
+    def draft_time(self, batch: float) -> float:
+        return self.draft_s_per_request * batch
+
+
+def t_sd(cost: VerifyCostModel, a: float, batch: int, gamma: int) -> float:
+    """DESIGN.md's time per emitted token when every request drafts ``gamma`` tokens (gamma 0 = plain decode)."""
+    if not 0.0 <= a <= 1.0:
+        raise ValueError(f"acceptance must be in [0, 1], got {a}")
+    if gamma == 0:
+        return cost.step_time(batch, 1)
+    expected = gamma + 1.0 if a >= 1.0 else (1.0 - a ** (gamma + 1)) / (1.0 - a)
+    return (cost.draft_time(batch) + cost.step_time(batch, gamma + 1)) / expected
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    gamma_max: int = 8
+    prior_accept: float = 0.5  # per-token acceptance assumed for a group nothing is known about
+    prior_weight: float = 4.0  # pseudo-trials behind a prior (global -> group -> request)
+    decay: float = 0.95  # weight of the past per observed step (EMA of counts)
+    probe_boost: float = 2.0  # probes' marginal gains are ranked this much higher
+    max_batch_tokens: int = 4096  # cap on draft tokens per step, all requests together
+
+    def __post_init__(self) -> None:
+        if self.gamma_max < 1:
+            raise ValueError(f"gamma_max must be >= 1, got {self.gamma_max}")
+        if not 0.0 < self.prior_accept < 1.0 or self.prior_weight <= 0:
+            raise ValueError("prior_accept must be in (0, 1) and prior_weight > 0")
+        if not 0.0 < self.decay <= 1.0 or self.probe_boost < 1.0 or self.max_batch_tokens < 0:
+            raise ValueError("decay must be in (0, 1], probe_boost >= 1, max_batch_tokens >= 0")
+
+
+class AcceptanceTracker:
+    """Per-token acceptance, online. Each verified draft position is a Bernoulli trial: ``accepted`` successes,
+    plus one failure when the draft was cut short by a rejection (the geometric MLE)."""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        self.config = config
+        self._requests: dict[Hashable, list[float]] = {}  # request -> [successes, trials] (decayed)
+        self._groups: dict[Hashable, list[float]] = {}
+
+    def observe(self, request_id: Hashable, group_id: Hashable, path_len: int, accepted: int) -> None:
+        """``path_len``: the length of the draft path that was verified (linear: the draft length)."""
+        if path_len < 1 or not 0 <= accepted <= path_len:
+            raise ValueError(f"need 1 <= path_len and 0 <= accepted <= path_len, got {path_len}, {accepted}")
+        trials = accepted + (1 if accepted < path_len else 0)
+        lam = self.config.decay
+        for table, key in ((self._requests, request_id), (self._groups, group_id)):
+            s = table.setdefault(key, [0.0, 0.0])
+            s[0] = lam * s[0] + accepted
+            s[1] = lam * s[1] + trials
+
+    def _blend(self, counts: list[float] | None, prior: float) -> float:
+        w = self.config.prior_weight
+        if counts is None:
+            return prior
+        return (counts[0] + w * prior) / (counts[1] + w)
+
+    def group_accept(self, group_id: Hashable) -> float:
+        return self._blend(self._groups.get(group_id), self.config.prior_accept)
+
+    def accept(self, request_id: Hashable, group_id: Hashable) -> float:
+        return self._blend(self._requests.get(request_id), self.group_accept(group_id))
+
+    def forget(self, request_id: Hashable | None = None, group_id: Hashable | None = None) -> None:
+        self._requests.pop(request_id, None)
+        self._groups.pop(group_id, None)
+
+    def check_integrity(self) -> None:
+        for table in (self._requests, self._groups):
+            for key, (s, n) in table.items():
+                assert 0 <= s <= n + 1e-9, f"acceptance counts of {key!r} broken: {s} of {n}"
+
+
+@dataclass(frozen=True)
+class PolicyRequest:
+    request_id: Hashable
+    group_id: Hashable
+    is_probe: bool = False
+    max_gamma: int | None = None  # e.g. tokens left before max_tokens
+
+
+class SpecPolicy:
+    """Chooses each running request's draft length for the next step."""
+
+    def __init__(self, cost: VerifyCostModel, config: PolicyConfig | None = None) -> None:
+        self.cost = cost
+        self.config = config or PolicyConfig()
+        self.tracker = AcceptanceTracker(self.config)
+
+    def best_uniform_gamma(self, a: float, batch: int) -> int:
+        """The DESIGN.md rule for a uniform batch: the gamma minimising T_SD, or 0 when none beats T(B, 0)."""
+        times = [t_sd(self.cost, a, batch, g) for g in range(self.config.gamma_max + 1)]
+        return min(range(len(times)), key=lambda g: (times[g], g))
+
+    def plan(self, batch: Sequence[PolicyRequest]) -> dict[Hashable, int]:
+        """Draft length per request for one step; all zeros when speculation does not pay."""
+        cfg, n = self.config, len(batch)
+        gammas = {r.request_id: 0 for r in batch}
+        if n == 0:
+            return gammas
+        accepts = [self.tracker.accept(r.request_id, r.group_id) for r in batch]
+        # Every candidate draft token, ranked by (boosted) marginal gain a_i ** j.
+        offers: list[tuple[float, float, int]] = []
+        for i, (r, a) in enumerate(zip(batch, accepts)):
+            cap = cfg.gamma_max if r.max_gamma is None else max(0, min(cfg.gamma_max, r.max_gamma))
+            boost = cfg.probe_boost if r.is_probe else 1.0
+            offers.extend((a ** j * boost, a ** j, i) for j in range(1, cap + 1))
+        offers.sort(key=lambda o: -o[0])
+        offers = offers[: cfg.max_batch_tokens]
+        row = self.cost.row_for_batch(n)
+        best_rate, best_k = n / self.cost.step_time(n, 1, row), 0
+        gain, drafting, counts = float(n), 0, [0] * n
+        for k, (_, g, i) in enumerate(offers, start=1):
+            gain += g
+            drafting += counts[i] == 0
+            counts[i] += 1
+            step = self.cost.step_time(n, 1 + k / n, row) + self.cost.draft_time(drafting)
+            if gain / step > best_rate:
+                best_rate, best_k = gain / step, k
+        for _, _, i in offers[:best_k]:
+            gammas[batch[i].request_id] += 1
+        return gammas
+
+    def observe(self, request_id: Hashable, group_id: Hashable, path_len: int, accepted: int) -> None:
+        self.tracker.observe(request_id, group_id, path_len, accepted)
+
+    def check_integrity(self) -> None:
+        self.tracker.check_integrity()

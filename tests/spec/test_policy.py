@@ -1,0 +1,100 @@
+"""Adaptive draft length on synthetic cost tables: flat cost speculates long, linear cost at large B turns off."""
+
+from __future__ import annotations
+
+import pytest
+
+from seer.spec.policy import (AcceptanceTracker, PolicyConfig, PolicyRequest, SpecPolicy, VerifyCostModel,
+                              t_sd)
+
+BATCHES = [1, 4, 16, 64, 256]
+TOKENS = [1, 2, 4, 8, 9, 16]
+
+
+def flat() -> VerifyCostModel:
+    return VerifyCostModel(BATCHES, TOKENS, [[0.02] * len(TOKENS) for _ in BATCHES])
+
+
+def memory_then_compute() -> VerifyCostModel:
+    """Memory bound (flat) at small B, compute bound (linear in all tokens) at large B."""
+    return VerifyCostModel(BATCHES, TOKENS, [[max(0.02, 1e-4 * b * n) for n in TOKENS] for b in BATCHES])
+
+
+def test_interpolation_and_profile_round_trip() -> None:
+    cost = VerifyCostModel([1, 3], [1, 5], [[1.0, 2.0], [3.0, 6.0]], draft_s_per_request=1e-4)
+    assert cost.step_time(1, 1) == 1.0 and cost.step_time(2, 3) == pytest.approx(3.0)
+    assert cost.step_time(5, 1) == pytest.approx(5.0)  # linear extrapolation
+    assert cost.draft_time(10) == pytest.approx(1e-3)
+    again = VerifyCostModel.from_profile(cost.to_profile())
+    assert again.step_time(2.5, 4) == pytest.approx(cost.step_time(2.5, 4))
+
+
+def test_t_sd_matches_design_formula() -> None:
+    cost = VerifyCostModel([1, 2], [1, 4], [[1.0, 1.3], [2.0, 2.6]], draft_s_per_request=0.05)
+    a, g, b = 0.7, 3, 1
+    assert t_sd(cost, a, b, g) == pytest.approx((1 - a) * (0.05 + 1.3) / (1 - a ** (g + 1)))
+    assert t_sd(cost, a, b, 0) == 1.0 and t_sd(cost, 1.0, b, 3) == pytest.approx(1.35 / 4)
+
+
+def test_flat_cost_speculates_long() -> None:
+    policy = SpecPolicy(flat())
+    assert policy.best_uniform_gamma(0.6, 64) == 8
+    plan = policy.plan([PolicyRequest(i, "g") for i in range(16)])
+    assert set(plan.values()) == {8}
+
+
+def test_linear_cost_at_large_batch_turns_off() -> None:
+    policy = SpecPolicy(memory_then_compute())
+    assert policy.best_uniform_gamma(0.9, 256) == 0
+    assert set(policy.plan([PolicyRequest(i, "g") for i in range(256)]).values()) == {0}
+    assert policy.best_uniform_gamma(0.6, 1) > 0
+    assert max(policy.plan([PolicyRequest(0, "g")]).values()) > 0
+
+
+def test_low_acceptance_drafts_less() -> None:
+    cost = VerifyCostModel([1, 64], [1, 9], [[0.02, 0.03], [0.03, 0.09]])
+    policy = SpecPolicy(cost)
+    for _ in range(30):
+        policy.observe("good", "G", 8, 8)
+        policy.observe("bad", "B", 8, 0)
+    assert policy.tracker.accept("good", "G") > 0.9 > 0.2 > policy.tracker.accept("bad", "B")
+    plan = policy.plan([PolicyRequest("good", "G"), PolicyRequest("bad", "B")])
+    assert plan["good"] > plan["bad"]
+    assert policy.tracker.accept("new", "G") > 0.8  # a new request starts from its group's estimate
+    policy.check_integrity()
+
+
+def test_budget_goes_to_probes_first() -> None:
+    cost = VerifyCostModel([1, 8], [1, 2, 9], [[0.02, 0.02, 0.05], [0.02, 0.02, 0.2]])
+    policy = SpecPolicy(cost, PolicyConfig(max_batch_tokens=4))
+    plan = policy.plan([PolicyRequest("a", "g"), PolicyRequest("probe", "h", is_probe=True),
+                        PolicyRequest("c", "g", max_gamma=0)])
+    assert plan["probe"] >= plan["a"] and plan["c"] == 0 and sum(plan.values()) <= 4
+
+
+def test_tracker_geometric_estimate() -> None:
+    tracker = AcceptanceTracker(PolicyConfig(prior_weight=1e-9, decay=1.0))
+    tracker.observe("r", "g", 8, 3)  # 3 successes, 1 failure
+    tracker.observe("r", "g", 2, 2)  # 2 successes, no failure observed
+    assert tracker.accept("r", "g") == pytest.approx(5 / 6)
+    tracker.forget("r", "g")
+    assert tracker.accept("r", "g") == pytest.approx(0.5)
+
+
+def test_errors() -> None:
+    with pytest.raises(ValueError, match="start at 1"):
+        VerifyCostModel([1], [2], [[1.0]])
+    with pytest.raises(ValueError, match="increasing"):
+        VerifyCostModel([4, 1], [1], [[1.0], [1.0]])
+    with pytest.raises(ValueError, match="table"):
+        VerifyCostModel([1, 2], [1], [[1.0]])
+    with pytest.raises(ValueError, match="> 0"):
+        VerifyCostModel([1], [1], [[0.0]])
+    with pytest.raises(ValueError, match="lacks 'times_s'"):
+        VerifyCostModel.from_profile({"batch_sizes": [1], "tokens_per_seq": [1]})
+    with pytest.raises(ValueError, match="acceptance"):
+        t_sd(flat(), 1.5, 1, 2)
+    with pytest.raises(ValueError):
+        PolicyConfig(gamma_max=0)
+    with pytest.raises(ValueError, match="path_len"):
+        SpecPolicy(flat()).observe("r", "g", 2, 3)
