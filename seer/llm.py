@@ -17,11 +17,26 @@ from tqdm.auto import tqdm
 from seer.engine.config import EngineConfig
 from seer.engine.llm_engine import LLMEngine
 from seer.engine.request import Request
+from seer.engine.speculator import SpecConfig, Speculator
 from seer.models.tokenizer import Tokenizer
 from seer.outputs import CompletionOutput, RequestOutput
 from seer.sampling_params import SamplingParams
 
 PromptLike = str | list[int] | dict
+
+
+def make_speculator(engine: LLMEngine, config: SpecConfig) -> Speculator:
+    """A speculator over a fresh draft server; adaptive ones get this machine's verify-cost profile."""
+    from seer.cli.common import cache_dir
+    from seer.engine.profiler import profile_verify_cost
+    from seer.spec.draft_server import DraftServer
+    from seer.spec.policy import PolicyConfig, SpecPolicy
+
+    policy = None
+    if config.adaptive:
+        cost = profile_verify_cost(engine, cache_dir=cache_dir() / "profiles")
+        policy = SpecPolicy(cost, PolicyConfig(gamma_max=config.gamma_max))
+    return Speculator(DraftServer(), policy, config)
 
 
 def sibling_seed(seed: int | None, index: int) -> int | None:
@@ -32,7 +47,10 @@ def sibling_seed(seed: int | None, index: int) -> int | None:
 
 
 class LLM:
-    def __init__(self, model: str | Path, dtype: str = "bfloat16", device: str = "cpu", **engine_kwargs) -> None:
+    def __init__(self, model: str | Path, dtype: str = "bfloat16", device: str = "cpu",
+                 speculative: SpecConfig | None = None, **engine_kwargs) -> None:
+        """``speculative``: a ``SpecConfig`` turns on grouped speculative decoding (drafts from sibling
+        responses of the same prompt, adaptive draft length from a verify-cost profile of this machine)."""
         path = Path(model)
         if not path.is_dir():
             raise FileNotFoundError(f"model directory {str(path)!r} does not exist "
@@ -40,6 +58,9 @@ class LLM:
         self.engine = LLMEngine(EngineConfig(model=str(path), dtype=dtype, device=device, **engine_kwargs))
         self.tokenizer = Tokenizer.from_dir(path)
         self.last_stats: dict = {}
+        self._calls = 0
+        if speculative is not None:
+            self.engine.enable_speculation(make_speculator(self.engine, speculative))
 
     # ------------------------------------------------------------------ helpers
     def _to_ids(self, prompt: PromptLike) -> tuple[list[int], str | None]:
@@ -69,14 +90,16 @@ class LLM:
         params = self._params_list(sampling_params, len(prompts))
         outputs: list[RequestOutput] = []
         groups: list[list[Request]] = []
+        self._calls += 1
         for i, (prompt, sp) in enumerate(zip(prompts, params)):
             ids, text = self._to_ids(prompt)
             out = RequestOutput(f"prompt-{i}", ids, text)
             forced = None if forced_token_ids is None else forced_token_ids[i]
             try:
                 reqs = [self.engine.make_request(ids, sp.with_seed(sibling_seed(sp.seed, j)),
-                                                 group_id=f"group-{i}", forced_token_ids=forced)
+                                                 group_id=f"g{self._calls}-{i}", forced_token_ids=forced)
                         for j in range(sp.n)]
+                reqs[0].probe = True
                 for r in reqs:
                     self.engine.scheduler.validate(r)
             except ValueError as err:
@@ -90,6 +113,10 @@ class LLM:
             for r in reqs:
                 self.engine.scheduler.add_request(r)
         self._run(groups, use_tqdm)
+        if self.engine.speculator is not None:
+            for reqs in groups:
+                if reqs:
+                    self.engine.speculator.finish_group(reqs[0].group_id)
         for out, reqs in zip(outputs, groups):
             out.outputs = [self._completion(j, r) for j, r in enumerate(reqs)]
         return outputs

@@ -19,6 +19,7 @@ from seer.engine.block_manager import BlockManager
 from seer.engine.config import EngineConfig
 from seer.engine.model_runner import ModelRunner
 from seer.engine.request import Request, RequestStatus
+from seer.engine.speculator import Speculator
 from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig, SchedulerOutput
 from seer.models.loader import load_model, load_weights
 from seer.sampling_params import SamplingParams
@@ -67,6 +68,11 @@ class LLMEngine:
         self.kv_bytes_moved = 0
         self._ids = itertools.count()
         self.busy_s = 0.0
+        self.speculator: Speculator | None = None
+
+    def enable_speculation(self, speculator: "Speculator | None") -> None:
+        """Turn grouped speculative decoding on (or off with None) for the following steps."""
+        self.speculator = speculator
 
     # ------------------------------------------------------------------ properties
     @property
@@ -111,9 +117,14 @@ class LLMEngine:
     def step(self) -> list[Request]:
         """Run one scheduling step and forward pass; returns the requests that finished."""
         t0 = time.perf_counter()
+        if self.speculator is not None:
+            self.speculator.before_schedule(self.scheduler)
         out: SchedulerOutput = self.scheduler.schedule()
+        reqs = {c.request_id: self.scheduler.requests[c.request_id] for c in out.chunks}
         results = self.runner.execute(out, self.scheduler.requests) if not out.is_empty else {}
         finished = self.scheduler.update_from_output(out, results)
+        if self.speculator is not None:
+            self.speculator.after_update(out, results, reqs)
         self.busy_s += time.perf_counter() - t0
         return finished
 

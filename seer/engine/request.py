@@ -20,7 +20,7 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: queues compare requests by identity, never field by field
 class Request:
     """One sequence being generated.
 
@@ -51,6 +51,7 @@ class Request:
     error: str | None = None
     chunk_end: int | None = None  # divided rollout: pause once this many output tokens exist
     reserve_tokens: int = 0       # KV slots to reserve at admission (a whole chunk: no preemption later)
+    probe: bool = False           # the group's probe request (served first, drafts get priority)
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -53,7 +53,7 @@ def test_greedy_tokens_and_logprobs_match_transformers(tiny_dirs, family):
 def test_group_prefills_prompt_once(tiny_llama):
     e = engine(tiny_llama)
     prompt = list(range(3, 40))  # 37 tokens: 9 full blocks of 4 + 1
-    reqs = [e.add_request(prompt, SamplingParams(temperature=0.8, max_tokens=6, seed=i)) for i in range(8)]
+    reqs = [e.add_request(prompt, SamplingParams(temperature=0.8, max_tokens=6, seed=i, ignore_eos=True)) for i in range(8)]
     e.run_until_done()
     assert e.stats.prompt_tokens_computed == 37 + 7 * 1
     assert all(r.num_output_tokens == 6 for r in reqs)
@@ -169,3 +169,20 @@ def test_llm_skip_invalid_keeps_others(tiny_llama):
     assert "max_model_len" in outs[1].error and outs[1].outputs == []
     with pytest.raises(ValueError, match="prompt 1"):
         llm.generate([[1, 2, 3], [4] * 80], GREEDY, use_tqdm=False)
+
+
+def test_grouped_speculation_is_lossless_and_drafts_from_siblings(tiny_llama):
+    from seer.engine.speculator import SpecConfig
+
+    prompts = [PROMPTS[0], PROMPTS[2]]
+    sp = SamplingParams(n=4, temperature=0.0, max_tokens=30, ignore_eos=True)
+    plain = LLM(tiny_llama, dtype="float32", max_num_seqs=2).generate(prompts, sp, use_tqdm=False)
+    for k, seqs in ((1, 2), (3, 2), (1, 1)):
+        llm = LLM(tiny_llama, dtype="float32", max_num_seqs=seqs,
+                  speculative=SpecConfig(k_branches=k, adaptive=False))
+        spec = llm.generate(prompts, sp, use_tqdm=False)
+        assert [[c.token_ids for c in o.outputs] for o in spec] == [[c.token_ids for c in o.outputs] for o in plain]
+        llm.engine.speculator.server.check_integrity()
+    # One at a time, siblings 2-4 of each group find their whole (identical greedy) response among the finished
+    # ones: each step then accepts 8 drafts + 1 bonus, so at least 2 x 3 x (30 * 8/9 - 8) = 112 accepted.
+    assert llm.engine.stats.spec_accepted >= 112

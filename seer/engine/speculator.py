@@ -1,0 +1,136 @@
+"""Grouped speculative decoding inside an engine instance: drafts before each step, feedback after it.
+
+Before scheduling, every running request that is ready to decode asks the adaptive policy for a draft length
+(zero when speculation does not pay at this batch size and acceptance) and the draft server for a draft from
+its group's sibling responses; the draft goes into ``spec_token_ids`` (tree drafts also set ``spec_parents``)
+and the model runner verifies it losslessly. After the step, the accepted tokens are fed back to the draft
+server (only committed tokens: a request never drafts from its own future) and the outcome to the policy's
+acceptance tracker. Torch-free: the simulator drives the same class with replayed tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from seer.engine.request import Request
+from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
+from seer.spec.draft_server import DraftRequest, DraftServer
+from seer.spec.policy import PolicyRequest, SpecPolicy
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    k_branches: int = 1        # 1: single-path drafts; k > 1: tree drafts keeping the top-k branches
+    gamma_max: int = 8
+    adaptive: bool = True      # False: always draft gamma_max tokens (for measurements)
+    tree_tokens: int = 16      # token budget of a tree draft (k > 1)
+    context_tokens: int = 64   # suffix of the context sent to the draft server
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.gamma_max <= 32:
+            raise ValueError(f"gamma_max must be in [1, 32], got {self.gamma_max}")
+        if self.k_branches < 1 or self.tree_tokens < 1:
+            raise ValueError("k_branches and tree_tokens must be >= 1")
+
+
+class Speculator:
+    def __init__(self, server: DraftServer, policy: SpecPolicy | None, config: SpecConfig | None = None) -> None:
+        self.server = server
+        self.policy = policy
+        self.config = config or SpecConfig()
+        if self.config.adaptive and policy is None:
+            raise ValueError("adaptive speculation needs a SpecPolicy (a profiled verify cost model)")
+        self._fed: dict[str, int] = {}
+        self._drafted: dict[str, tuple[int, bool]] = {}  # request -> (draft size, is a tree)
+        self.draft_s = 0.0
+        self.steps = 0
+
+    # ------------------------------------------------------------------ groups
+    def group_of(self, req: Request) -> str:
+        return req.group_id if req.group_id is not None else f"solo:{req.request_id}"
+
+    def ensure_group(self, req: Request) -> None:
+        gid = self.group_of(req)
+        if not self.server.has_group(gid):
+            self.server.register_group(gid, req.prompt_token_ids)
+        if req.request_id not in self._fed:
+            self._fed[req.request_id] = 0
+
+    def finish_group(self, group_id: str) -> None:
+        if self.server.has_group(group_id):
+            self.server.finish_group(group_id)
+
+    # ------------------------------------------------------------------ per step
+    def _max_gamma(self, req: Request) -> int:
+        left = req.max_output_tokens - req.num_output_tokens - 1
+        if req.chunk_end is not None:
+            left = min(left, req.chunk_end - req.num_output_tokens - 1)
+        return max(0, min(self.config.gamma_max, left))
+
+    def before_schedule(self, scheduler: Scheduler) -> None:
+        """Attach drafts to the running requests that decode next step."""
+        t0 = time.perf_counter()
+        ready = [r for r in scheduler.running if r.num_computed_tokens == r.num_tokens - 1]
+        for r in ready:
+            self.ensure_group(r)
+        if not ready:
+            return
+        caps = {r.request_id: self._max_gamma(r) for r in ready}
+        if self.config.adaptive:
+            assert self.policy is not None
+            batch = len(scheduler.running) + len(scheduler.waiting)
+            plan = self.policy.plan([PolicyRequest(r.request_id, self.group_of(r), r.probe, caps[r.request_id])
+                                     for r in ready]) if batch else {}
+        else:
+            plan = caps
+        asks = [(r, plan.get(r.request_id, 0)) for r in ready]
+        asks = [(r, g) for r, g in asks if g > 0]
+        if asks:
+            k = self.config.k_branches
+            reqs = [DraftRequest(self.group_of(r), r.request_id, r.all_token_ids()[-self.config.context_tokens:],
+                                 g if k == 1 else max(g, min(self.config.tree_tokens, g * k)), k,
+                                 None if k == 1 else g)
+                    for r, g in asks]
+            for (r, _), d in zip(asks, self.server.propose(reqs)):
+                if len(d):
+                    r.spec_token_ids = list(d.token_ids)
+                    r.spec_parents = None if d.is_linear else list(d.parents)
+                    self._drafted[r.request_id] = (len(d), not d.is_linear)
+        self.draft_s += time.perf_counter() - t0
+        self.steps += 1
+
+    def after_update(self, out: SchedulerOutput, results: dict[str, StepResult], reqs: dict[str, Request]) -> None:
+        """Feed committed tokens to the draft server and verification outcomes to the policy."""
+        t0 = time.perf_counter()
+        for c in out.chunks:
+            req = reqs.get(c.request_id)
+            res = results.get(c.request_id)
+            if req is None or res is None or not res.token_ids:
+                continue
+            self.ensure_group(req)
+            gid = self.group_of(req)
+            _, tree = self._drafted.pop(c.request_id, (0, False))
+            if c.num_spec_tokens:
+                self.server.record_verification(gid, c.num_spec_tokens, res.num_accepted_spec, 1)
+                if self.policy is not None:
+                    depth = min(c.num_spec_tokens, self.config.gamma_max) if tree else c.num_spec_tokens
+                    self.policy.observe(c.request_id, gid, max(depth, res.num_accepted_spec, 1),
+                                        res.num_accepted_spec)
+            else:
+                self.server.record_verification(gid, 0, 0, 1)
+            self._feed(req)
+        self.draft_s += time.perf_counter() - t0
+
+    def _feed(self, req: Request) -> None:
+        fed = self._fed.get(req.request_id, 0)
+        if len(req.output_token_ids) > fed:
+            self.server.feed([(self.group_of(req), req.request_id, req.output_token_ids[fed:])])
+            self._fed[req.request_id] = len(req.output_token_ids)
+        if req.is_finished:
+            self._fed.pop(req.request_id, None)
+
+    def forget(self, request_id: str) -> None:
+        """A request left this instance (moved elsewhere): its stream stays, our bookkeeping goes."""
+        self._fed.pop(request_id, None)
+        self._drafted.pop(request_id, None)
