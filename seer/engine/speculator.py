@@ -57,6 +57,11 @@ class Speculator:
         if req.request_id not in self._fed:
             self._fed[req.request_id] = 0
 
+    def track(self, req: Request) -> None:
+        """A request arrives here; tokens it already has were fed by whoever generated them."""
+        self.ensure_group(req)
+        self._fed[req.request_id] = req.num_output_tokens
+
     def finish_group(self, group_id: str) -> None:
         if self.server.has_group(group_id):
             self.server.finish_group(group_id)

@@ -16,7 +16,7 @@ elsewhere or its space is needed. Torch-free.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from seer.rollout.context_scheduler import OrderingConfig
@@ -42,14 +42,26 @@ class GroupInput:
     key: str = ""
     forced: tuple[tuple[int, ...], ...] | None = None   # per response: recorded tokens to replay
     true_lengths: tuple[int, ...] | None = None          # oracle ordering only
+    stop_lengths: tuple[int, ...] | None = None          # length-only replay: response i stops after this many
+    metadata: dict | None = None                          # reference answer etc., passed through to results
 
     def __post_init__(self) -> None:
         if self.size < 1:
             raise ValueError(f"group {self.key or '?'}: group size must be >= 1, got {self.size}")
         if not self.prompt_token_ids:
             raise ValueError(f"group {self.key or '?'}: empty prompt")
-        if self.forced is not None and len(self.forced) != self.size:
-            raise ValueError(f"group {self.key or '?'}: {len(self.forced)} recorded responses for size {self.size}")
+        for name in ("forced", "true_lengths", "stop_lengths"):
+            value = getattr(self, name)
+            if value is not None and len(value) != self.size:
+                raise ValueError(f"group {self.key or '?'}: {len(value)} {name} for group size {self.size}")
+        if self.stop_lengths is not None and any(not 0 < n <= self.params.max_tokens for n in self.stop_lengths):
+            raise ValueError(f"group {self.key or '?'}: stop lengths must be in [1, max_tokens]")
+
+    def response_params(self, index: int) -> SamplingParams:
+        """The params one response runs with (length-only replay: ignore EOS, stop at the recorded length)."""
+        if self.stop_lengths is None:
+            return self.params
+        return replace(self.params, max_tokens=self.stop_lengths[index], ignore_eos=True)
 
 
 @dataclass
@@ -90,7 +102,7 @@ class RolloutDriver:
     def __init__(self, policy: RolloutPolicy, instances: list[Instance], groups: list[GroupInput],
                  chunk_tokens: int = 128, ordering_config: OrderingConfig | None = None,
                  draft_headroom: int = 0, on_progress: Callable[["RolloutDriver"], None] | None = None,
-                 fault: FaultPlan | None = None) -> None:
+                 fault: FaultPlan | None = None, draft_server=None) -> None:
         if not instances:
             raise ValueError("a rollout needs at least one instance")
         if not groups:
@@ -112,10 +124,12 @@ class RolloutDriver:
             for req in group.requests:
                 forced = None if g.forced is None else g.forced[req.index]
                 self.specs[req.request_id] = RequestSpec(req.request_id, group.group_id, req.index,
-                                                         g.prompt_token_ids, g.params, forced, g.key)
+                                                         g.prompt_token_ids, g.response_params(req.index), forced,
+                                                         g.key)
                 self.results[req.request_id] = ResponseResult(req.request_id, group.group_id, req.index)
         self.on_progress = on_progress
         self.fault = fault
+        self.draft_server = draft_server  # shared grouped-drafting service: a finished group's index is freed
         self.now = 0.0
         self.busy: dict[int, list[tuple[float, float]]] = {i: [] for i in self.instances}
         self.decisions: dict[int, list[tuple]] = {i: [] for i in self.instances}
@@ -143,7 +157,7 @@ class RolloutDriver:
             placed = self.buffer.select(states)
             for a in placed:
                 self._launch(a)
-            if placed or not self._make_room():
+            if not self._make_room():  # the next request in order fits nowhere: evict paused KV for it
                 return
 
     def _make_room(self) -> bool:
@@ -197,6 +211,9 @@ class RolloutDriver:
             res.finish_time_s = self.now
             if not ev.finished:
                 self.instances[iid].release(ev.request_id)  # max_tokens reached at a chunk boundary
+            group = self.buffer.groups[req.group_id]
+            if group.done and self.draft_server is not None and self.draft_server.has_group(str(req.group_id)):
+                self.draft_server.finish_group(str(req.group_id))
 
     def _record(self, iid: int, start: float, rep: StepReport) -> None:
         self.busy[iid].append((start, start + rep.duration_s))

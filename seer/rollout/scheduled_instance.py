@@ -13,14 +13,17 @@ import time
 
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
+from seer.engine.speculator import Speculator
 from seer.rollout.instance import ChunkEvent, ChunkStart, Instance, StepReport
 from seer.rollout.types import InstanceState, KVSource
 
 
 class ScheduledInstance(Instance):
-    def __init__(self, instance_id: int, scheduler: Scheduler, eos_token_ids: tuple[int, ...] = ()) -> None:
+    def __init__(self, instance_id: int, scheduler: Scheduler, eos_token_ids: tuple[int, ...] = (),
+                 speculator: Speculator | None = None) -> None:
         self.instance_id = instance_id
         self.scheduler = scheduler
+        self.speculator = speculator
         self.eos_token_ids = eos_token_ids
         self.chunk_base: dict[str, int] = {}   # output tokens at the start of the current chunk
         self.counters = {"kv_bytes_loaded": 0, "kv_bytes_saved": 0, "chunks": 0}
@@ -40,8 +43,9 @@ class ScheduledInstance(Instance):
         """Read a request's KV from the pool into its (already allocated) blocks; returns the tokens covered
         (0 if the pool lost it: the request then recomputes) and adds the bytes read to the counters."""
 
-    def prepare_step(self) -> None:
-        """Called before scheduling each step (speculative decoding proposes drafts here)."""
+    def idle_duration(self, elapsed_s: float) -> float:
+        """Duration of a step that scheduled nothing: the wall time it took (a simulator charges a fixed tick)."""
+        return elapsed_s
 
     # ------------------------------------------------------------------ Instance
     def state(self) -> InstanceState:
@@ -61,6 +65,7 @@ class ScheduledInstance(Instance):
                       forced_token_ids=None if spec.forced_token_ids is None else list(spec.forced_token_ids))
         req.output_token_ids = list(chunk.output_token_ids)
         req.output_logprobs = [0.0] * len(chunk.output_token_ids)
+        req.probe = spec.index == 0
         return req
 
     def start(self, chunk: ChunkStart) -> None:
@@ -76,6 +81,8 @@ class ScheduledInstance(Instance):
             self.scheduler.add_request(req)
         self.chunk_base[rid] = req.num_output_tokens
         self.counters["chunks"] += 1
+        if self.speculator is not None and chunk.kv_source is not KVSource.LOCAL:
+            self.speculator.track(req)
 
     def _import(self, req: Request, request_id: int) -> None:
         bm = self.scheduler.block_manager
@@ -93,17 +100,21 @@ class ScheduledInstance(Instance):
         return self.scheduler.has_unfinished
 
     def step(self) -> StepReport:
-        self.prepare_step()
+        if self.speculator is not None:
+            self.speculator.before_schedule(self.scheduler)
         out = self.scheduler.schedule()
+        reqs = {c.request_id: self.scheduler.requests[c.request_id] for c in out.chunks}
         t0 = time.perf_counter()
         results, duration = self.execute(out) if not out.is_empty else ({}, 0.0)
         stopped = self.scheduler.update_from_output(out, results)
+        if self.speculator is not None:
+            self.speculator.after_update(out, results, reqs)
         events = [self._event(r) for r in stopped]
         preempt = self.scheduler.stats.preemptions - self._preempt_seen
         self._preempt_seen = self.scheduler.stats.preemptions
         trace = tuple((c.request_id, c.start, c.num_new_tokens, c.num_spec_tokens) for c in out.chunks)
         if out.is_empty:
-            duration = max(duration, time.perf_counter() - t0)
+            duration = max(duration, self.idle_duration(time.perf_counter() - t0))
         return StepReport(duration, events, out.num_batched_tokens, len(self.scheduler.running), preempt,
                           stalled=out.is_empty and self.scheduler.has_unfinished, trace=trace)
 
@@ -123,15 +134,18 @@ class ScheduledInstance(Instance):
         req = self.scheduler.paused[str(request_id)]
         nbytes = self.save_kv(req)
         self.counters["kv_bytes_saved"] += nbytes
-        self.scheduler.abort(req.request_id)
+        self.release(request_id)
         return nbytes
 
     def release(self, request_id: int) -> None:
         self.scheduler.abort(str(request_id))
+        if self.speculator is not None:
+            self.speculator.forget(str(request_id))
 
     def stats(self) -> dict:
         s = self.scheduler.stats
-        return dict(self.counters, preemptions=s.preemptions, reprefill_tokens=s.reprefill_tokens,
+        draft_s = self.speculator.draft_s if self.speculator is not None else 0.0
+        return dict(self.counters, draft_s=draft_s, preemptions=s.preemptions, reprefill_tokens=s.reprefill_tokens,
                     prompt_tokens_computed=s.prompt_tokens_computed, output_tokens=s.output_tokens,
                     spec_drafted=s.spec_drafted, spec_accepted=s.spec_accepted, spec_steps=s.spec_steps,
                     spec_bonus=s.spec_bonus)

@@ -1,0 +1,154 @@
+"""``RolloutCoordinator``: the user-facing rollout API over N engine instances.
+
+It owns the instances (built once, weights loaded once each), the global KV pool and the grouped draft server,
+and runs one rollout at a time through the ``RolloutDriver`` under a policy (``verl``, ``divided``, ``context``,
+``seer``, ``oracle``). Every response records the weight version it was generated with; a rollout refuses to
+start while instances disagree on the version, so a rollout never mixes weights.
+
+Backend ``inprocess``: the instances live in this process and take turns; each step's duration is its measured
+wall time, so every instance's timeline is what it would be on its own accelerator (with N instances the run
+takes about N times the reported makespan). Backend ``local`` runs each instance in its own process (see
+``process_backend``), and ``ray`` as Ray actors, for real parallelism.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from seer.engine.speculator import SpecConfig
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutResult
+from seer.rollout.kv_pool import LocalKVPool
+from seer.rollout.policies import get_policy
+
+BACKENDS = ("inprocess", "local", "ray")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    policy: str = "seer"
+    instances: int = 2
+    backend: str = "inprocess"
+    chunk_tokens: int = 128
+    dtype: str = "bfloat16"
+    block_size: int = 16
+    kv_cache_gb: float = 1.0
+    num_kv_blocks: int | None = None          # overrides kv_cache_gb
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    threads_per_instance: int | None = None
+    pool_budget_gb: float = 4.0
+    spill_dir: str | None = None
+    spec: SpecConfig = field(default_factory=SpecConfig)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        get_policy(self.policy)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.instances < 1:
+            raise ValueError(f"instances must be >= 1, got {self.instances}")
+        if self.chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        return dict(dtype=self.dtype, block_size=self.block_size, kv_cache_memory_gb=self.kv_cache_gb,
+                    num_kv_blocks=self.num_kv_blocks, max_num_seqs=self.max_num_seqs,
+                    max_num_batched_tokens=self.max_num_batched_tokens, num_threads=self.threads_per_instance,
+                    seed=self.seed)
+
+
+@dataclass
+class RolloutOutput:
+    result: RolloutResult
+    weight_version: int
+    policy: str
+    wall_s: float
+    texts: list[str]
+    groups: list[GroupInput]
+
+    @property
+    def metrics(self):
+        return self.result.metrics
+
+    def records(self) -> list[dict]:
+        """One JSON-ready record per response (the JSONL rows)."""
+        rows = []
+        for r, text in zip(self.result.responses, self.texts):
+            g = self.groups[r.group_id]
+            rows.append({"group_id": r.group_id, "group_key": g.key, "index": r.index,
+                         "prompt_token_ids": list(g.prompt_token_ids), "token_ids": r.token_ids,
+                         "logprobs": r.logprobs, "text": text, "finish_reason": r.finish_reason,
+                         "weight_version": self.weight_version, "finish_time_s": r.finish_time_s,
+                         "instance_history": r.instance_history, "metadata": g.metadata or {}})
+        return rows
+
+
+class RolloutCoordinator:
+    def __init__(self, model: str | Path, config: RolloutConfig | None = None) -> None:
+        self.config = config or RolloutConfig()
+        self.model = str(model)
+        if not Path(self.model).is_dir():
+            raise FileNotFoundError(f"model directory {self.model!r} does not exist")
+        self._tmp = tempfile.TemporaryDirectory(prefix="seer-kvpool-")
+        spill = self.config.spill_dir or self._tmp.name
+        self.pool = LocalKVPool(int(self.config.pool_budget_gb * 2**30), spill)
+        self.backend = self._make_backend()
+        from seer.models.tokenizer import Tokenizer
+        self.tokenizer = Tokenizer.from_dir(self.model)
+
+    def _make_backend(self):
+        if self.config.backend == "inprocess":
+            from seer.rollout.inprocess_backend import InProcessBackend
+            return InProcessBackend(self.model, self.config, self.pool)
+        if self.config.backend == "local":
+            from seer.rollout.process_backend import ProcessBackend
+            return ProcessBackend(self.model, self.config, self.pool)
+        from seer.rollout.ray_backend import RayBackend
+        return RayBackend(self.model, self.config, self.pool)
+
+    @property
+    def weight_version(self) -> int:
+        versions = set(self.backend.weight_versions())
+        if len(versions) != 1:
+            raise RuntimeError(f"instances disagree on the weight version: {sorted(versions)}")
+        return versions.pop()
+
+    def update_weights(self, source, version: int | None = None) -> int:
+        """Load new weights on every instance (the synchronous barrier) and return the new version."""
+        new = self.backend.update_weights(source, version)
+        self.pool.close()
+        self.pool = LocalKVPool(int(self.config.pool_budget_gb * 2**30), self.config.spill_dir or self._tmp.name)
+        self.backend.set_pool(self.pool)
+        return new
+
+    def rollout(self, groups: list[GroupInput], policy: str | None = None, progress: bool = True,
+                fault: FaultPlan | None = None, chunk_tokens: int | None = None) -> RolloutOutput:
+        pol = get_policy(policy or self.config.policy)
+        version = self.weight_version
+        t0 = time.perf_counter()
+        result = self.backend.run(pol, groups, chunk_tokens or self.config.chunk_tokens, progress, fault)
+        wall = time.perf_counter() - t0
+        if self.weight_version != version:
+            raise RuntimeError("weights changed during the rollout")
+        texts = [self.tokenizer.decode(r.token_ids) for r in result.responses]
+        return RolloutOutput(result, version, pol.name, wall, texts, list(groups))
+
+    def close(self) -> None:
+        self.backend.close()
+        self.pool.close()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> "RolloutCoordinator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def with_policy(config: RolloutConfig, policy: str) -> RolloutConfig:
+    return dataclasses.replace(config, policy=policy)

@@ -1,0 +1,78 @@
+"""Instances in this process, taking turns on the CPU/GPU; time is each instance's measured step time.
+
+Used by tests, trace-replay benchmarks and single-machine runs where determinism matters more than wall time.
+"""
+
+from __future__ import annotations
+
+from tqdm.auto import tqdm
+
+from seer.engine.config import EngineConfig
+from seer.engine.llm_engine import LLMEngine
+from seer.engine.speculator import Speculator
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutResult
+from seer.rollout.engine_instance import EngineInstance
+from seer.rollout.kv_pool import KVPool
+from seer.rollout.policies import RolloutPolicy
+from seer.spec.draft_server import DraftServer
+from seer.spec.policy import PolicyConfig, SpecPolicy
+
+
+class InProcessBackend:
+    def __init__(self, model: str, config, pool: KVPool) -> None:
+        self.config = config
+        self.pool = pool
+        self.engines = [LLMEngine(EngineConfig(model=model, **config.engine_kwargs()))
+                        for _ in range(config.instances)]
+        self._cost = None
+
+    def weight_versions(self) -> list[int]:
+        return [e.weight_version for e in self.engines]
+
+    def update_weights(self, source, version: int | None = None) -> int:
+        versions = {e.update_weights(source, version) for e in self.engines}
+        return versions.pop()
+
+    def set_pool(self, pool: KVPool) -> None:
+        self.pool = pool
+
+    def _speculators(self, policy: RolloutPolicy) -> tuple[list[Speculator | None], DraftServer | None]:
+        if not policy.speculative:
+            return [None] * len(self.engines), None
+        spec = self.config.spec
+        server = DraftServer()
+        if spec.adaptive and self._cost is None:
+            from seer.cli.common import cache_dir
+            from seer.engine.profiler import profile_verify_cost
+            self._cost = profile_verify_cost(self.engines[0], cache_dir=cache_dir() / "profiles")
+        return [Speculator(server, SpecPolicy(self._cost, PolicyConfig(gamma_max=spec.gamma_max))
+                           if spec.adaptive else None, spec) for _ in self.engines], server
+
+    def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
+            fault: FaultPlan | None) -> RolloutResult:
+        specs, server = self._speculators(policy)
+        instances = [EngineInstance(i, e, self.pool, s) for i, (e, s) in enumerate(zip(self.engines, specs))]
+        total = sum(g.size for g in groups)
+        headroom = self.config.spec.gamma_max if policy.speculative else 0
+        with tqdm(total=total, disable=not progress, desc=f"rollout[{policy.name}]", unit="resp") as bar:
+            def on_progress(driver: RolloutDriver) -> None:
+                done = driver.buffer.num_finished
+                bar.update(done - bar.n)
+                tok_s = driver.counters["tokens"] / max(driver.now, 1e-9)
+                bar.set_postfix(tok_s=f"{tok_s:.0f}", running=driver.buffer.num_running,
+                                queued=driver.buffer.num_buffered)
+
+            driver = RolloutDriver(policy, instances, groups, chunk_tokens, draft_headroom=headroom,
+                                   on_progress=on_progress, fault=fault, draft_server=server)
+            result = driver.run()
+        for inst in instances:
+            for rid in inst.resident():
+                inst.release(rid)
+        if server is not None:
+            spec = server.metrics.as_dict()
+            spec.pop("per_group", None)
+            result.stats["spec"] = spec
+        return result
+
+    def close(self) -> None:
+        self.engines.clear()
