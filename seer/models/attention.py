@@ -1,4 +1,4 @@
-"""Attention over a paged KV cache (interface; compute implemented below by the models package).
+"""Attention over a paged KV cache: the per-step interface (compute: ``seer.models.paged_attention``).
 
 The engine describes one forward step of a flattened, variable-length batch with an ``AttentionMetadata``.
 Every layer of every model uses it unchanged, so anything derived from it (gather indices, masks) is built once
