@@ -235,13 +235,36 @@ class RolloutDriver:
         self.counters["failed_instances"] = self.counters.get("failed_instances", 0) + 1
 
     # ------------------------------------------------------------------ main loop
-    def run(self) -> RolloutResult:
+    def begin(self) -> None:
+        """Place the first chunks: veRL's static split, or the first dispatch round."""
         if not self.policy.divided:
             split = instance_of_group(sorted(self.buffer.groups), len(self.instances))
             ids = sorted(self.instances)
             for a in self.buffer.select_pinned({g: ids[i] for g, i in split.items()}):
                 self._launch(a)
         self._dispatch()
+
+    def on_step(self, iid: int, start: float, rep: StepReport) -> None:
+        """One instance step ended at ``self.now``: record it, apply its chunk ends, dispatch what follows."""
+        self._record(iid, start, rep)
+        for ev in rep.events:
+            self._apply(iid, ev)
+        if rep.events:
+            self._dispatch()
+            if self.on_progress is not None:
+                self.on_progress(self)
+
+    def on_instance_lost(self, iid: int) -> None:
+        self._kill(iid)
+        self._dispatch()
+
+    @property
+    def done(self) -> bool:
+        return self.buffer.all_finished
+
+    def run(self) -> RolloutResult:
+        """Discrete-event loop: instances in this process, each step priced by its reported duration."""
+        self.begin()
         in_flight: list[tuple[float, int, int, StepReport, float]] = []
         busy_ids: set[int] = set()
         seq = 0
@@ -270,8 +293,7 @@ class RolloutDriver:
                 in_flight = [x for x in in_flight if x[2] != self.fault.instance_id]
                 heapq.heapify(in_flight)
                 busy_ids.discard(self.fault.instance_id)
-                self._kill(self.fault.instance_id)
-                self._dispatch()
+                self.on_instance_lost(self.fault.instance_id)
                 start_idle()
                 continue
             if not in_flight:
@@ -279,15 +301,9 @@ class RolloutDriver:
             end, _, iid, rep, start = heapq.heappop(in_flight)
             self.now = end
             busy_ids.discard(iid)
-            self._record(iid, start, rep)
-            for ev in rep.events:
-                self._apply(iid, ev)
-            if rep.events:
-                self._dispatch()
-                if self.on_progress is not None:
-                    self.on_progress(self)
+            self.on_step(iid, start, rep)
             start_idle()
-        return self._result()
+        return self.result()
 
     def _diagnose(self) -> str:
         b = self.buffer
@@ -295,7 +311,7 @@ class RolloutDriver:
                 f"{b.num_finished}/{b.num_requests} finished, alive instances {sorted(self.alive)}; "
                 f"a chunk fits on no instance (raise KV memory or lower chunk_tokens/max_tokens)")
 
-    def _result(self) -> RolloutResult:
+    def result(self) -> RolloutResult:
         records = [ResponseRecord(r.finish_time_s or 0.0, len(r.token_ids), r.request_id, r.group_id)
                    for r in self.results.values()]
         metrics = compute_metrics(records, [self.busy[i] for i in sorted(self.instances)],
@@ -303,7 +319,7 @@ class RolloutDriver:
                                   reprefill_tokens=self.buffer.reprefill_tokens + self._instance_reprefill(),
                                   kv_bytes_moved=self.counters["kv_bytes_moved"] + self._instance_bytes())
         stats = dict(self.counters, kv_sources={k.value: v for k, v in self.buffer.kv_sources.items()},
-                     instances={i: inst.stats() for i, inst in self.instances.items()})
+                     instances={i: inst.stats() for i, inst in self.instances.items()}, busy=self.busy)
         responses = sorted(self.results.values(), key=lambda r: (r.group_id, r.index))
         return RolloutResult(responses, metrics, self.decisions, stats)
 

@@ -65,6 +65,7 @@ class StepReport:
     preemptions: int = 0
     stalled: bool = False               # work queued but nothing could be scheduled (KV held by paused requests)
     trace: tuple = ()                   # (request_id, start, num_new_tokens, num_spec) per chunk: decision log
+    new_tokens: list[tuple[int, list[int]]] = field(default_factory=list)  # committed this step, per request
 
 
 class Instance(abc.ABC):

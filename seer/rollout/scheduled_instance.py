@@ -104,6 +104,7 @@ class ScheduledInstance(Instance):
             self.speculator.before_schedule(self.scheduler)
         out = self.scheduler.schedule()
         reqs = {c.request_id: self.scheduler.requests[c.request_id] for c in out.chunks}
+        before = {rid: r.num_output_tokens for rid, r in reqs.items()}
         t0 = time.perf_counter()
         results, duration = self.execute(out) if not out.is_empty else ({}, 0.0)
         stopped = self.scheduler.update_from_output(out, results)
@@ -115,8 +116,10 @@ class ScheduledInstance(Instance):
         trace = tuple((c.request_id, c.start, c.num_new_tokens, c.num_spec_tokens) for c in out.chunks)
         if out.is_empty:
             duration = max(duration, self.idle_duration(time.perf_counter() - t0))
+        new = [(int(rid), r.output_token_ids[before[rid]:]) for rid, r in reqs.items()
+               if r.num_output_tokens > before[rid]]
         return StepReport(duration, events, out.num_batched_tokens, len(self.scheduler.running), preempt,
-                          stalled=out.is_empty and self.scheduler.has_unfinished, trace=trace)
+                          stalled=out.is_empty and self.scheduler.has_unfinished, trace=trace, new_tokens=new)
 
     def _event(self, req: Request) -> ChunkEvent:
         base = self.chunk_base.pop(req.request_id, 0)

@@ -86,3 +86,21 @@ def test_bad_config_errors(tiny):
         GroupInput((1, 2), 0, SamplingParams())
     with pytest.raises(FileNotFoundError):
         RolloutCoordinator("/nonexistent/model")
+
+
+@pytest.mark.parametrize("policy", ["verl", "seer"])
+def test_process_backend_matches_inprocess(tiny, reference, policy):
+    with coordinator(tiny, backend="local") as c:
+        out = c.rollout(groups(), policy=policy, progress=False)
+    assert [len(v) for v in out.result.groups().values()] == [4] * 4
+    assert [r.token_ids for r in out.result.responses] == reference
+
+
+def test_process_backend_survives_a_killed_instance(tiny, reference):
+    groups_ = groups(n=4, g=4, max_tokens=24)
+    with coordinator(tiny, backend="local") as c:
+        out = c.rollout(groups_, policy="context", progress=False, fault=FaultPlan(1, at_s=0.05))
+    res = out.result
+    assert res.stats.get("failed_instances") == 1
+    assert [len(v) for v in res.groups().values()] == [4] * 4
+    assert [r.token_ids for r in res.responses] == reference

@@ -1,0 +1,82 @@
+"""`seer bench rollout`: the rollout policies side by side on one trace, same engines, same KV budget.
+
+The default KV budget per instance mirrors production pressure: about a third of the tokens the instance's even
+share of the rollout will generate (the paper's Qwen2-VL-72B setting), but never less than one whole response,
+so the veRL-like baseline preempts as it does in production. The report states the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from seer.cli.common import write_json
+
+
+def add_parser(bsub: argparse._SubParsersAction) -> None:
+    from seer.cli.rollout import add_rollout_args
+
+    p = bsub.add_parser("rollout", help="rollout policies side by side on a trace")
+    add_rollout_args(p)
+    p.add_argument("--policies", default="verl,divided,context,seer,oracle")
+    p.add_argument("--kv-fraction", type=float, default=1 / 3,
+                   help="KV budget per instance as a fraction of the tokens its even share generates")
+    p.add_argument("--json", default=None)
+    p.set_defaults(func=run)
+
+
+def kv_blocks_for(groups, instances: int, fraction: float, block_size: int, chunk: int) -> tuple[int, dict]:
+    generated = sum(sum(g.true_lengths or (g.params.max_tokens,) * g.size) for g in groups)
+    share = generated / instances
+    largest = max(len(g.prompt_token_ids) + g.params.max_tokens for g in groups)
+    tokens = max(int(share * fraction), largest + chunk + 16)
+    blocks = math.ceil(tokens / block_size)
+    return blocks, {"kv_tokens_per_instance": blocks * block_size, "generated_tokens": generated,
+                    "share_per_instance": round(share), "fraction_of_share": round(blocks * block_size / share, 3),
+                    "largest_request_tokens": largest}
+
+
+def run(args: argparse.Namespace) -> int:
+    from seer.rollout.metrics import compare
+    from seer.rollout.plots import plot_rollout
+    from seer.rollout.policies import parse_policies
+
+    if not args.trace:
+        raise ValueError("seer bench rollout needs --trace FILE")
+    policies = [p.name for p in parse_policies(args.policies)]
+    from seer.cli.common import resolve_model
+    from seer.cli.rollout import build_groups, rollout_config
+    from seer.rollout.coordinator import RolloutCoordinator
+
+    model = resolve_model(args.model)
+    groups = build_groups(args, model)
+    blocks, budget = kv_blocks_for(groups, args.instances, args.kv_fraction, 16, args.chunk_tokens)
+    cfg = rollout_config(args, policies[0], num_kv_blocks=blocks)
+    results, reports = {}, {}
+    with RolloutCoordinator(model, cfg) as c:
+        for name in policies:
+            out = c.rollout(groups, policy=name)
+            results[name] = out.result
+            row = out.metrics.to_dict()
+            row["wall_s"] = round(out.wall_s, 2)
+            row["kv_sources"] = out.result.stats.get("kv_sources")
+            if "spec" in out.result.stats:
+                row["spec"] = out.result.stats["spec"]
+            reports[name] = row
+            print(json.dumps({name: {k: row[k] for k in ("makespan_s", "throughput_tok_s", "tail_s",
+                                                        "preemptions", "reprefill_tokens")}}))
+    report: dict[str, Any] = compare(reports, baseline="verl") if "verl" in reports else {"policies": reports}
+    if "oracle" in reports and "context" in reports:
+        report["context_vs_oracle"] = round(reports["context"]["throughput_tok_s"] /
+                                            reports["oracle"]["throughput_tok_s"], 3)
+    report["setup"] = {"trace": args.trace, "groups": len(groups), "responses": sum(g.size for g in groups),
+                       "instances": args.instances, "backend": args.backend, "chunk_tokens": args.chunk_tokens,
+                       "length_scale": args.length_scale, "max_len": args.max_len, "kv_budget": budget}
+    print(json.dumps({k: report[k] for k in report if k != "policies"}, indent=1))
+    if args.json:
+        write_json(args.json, report)
+        plot_rollout(results, Path(args.json).with_suffix(".png"), f"rollout policies on {Path(args.trace).name}")
+    return 0

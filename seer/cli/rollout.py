@@ -1,0 +1,113 @@
+"""``seer rollout``: one synchronous RL rollout (groups of G responses per prompt) over N engine instances.
+
+Writes every response (token ids, logprobs, text, finish reason, weight version, timing, instance history) as
+JSONL to ``--out``, the metrics as JSON to ``--json`` and a plot next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from seer.cli.common import resolve_model, write_json
+
+
+def add_rollout_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None)
+    p.add_argument("--prompts", default=None, help="prompts JSONL (question/prompt/messages/prompt_token_ids)")
+    p.add_argument("--trace", default=None, help="replay a trace (token-id or length-only format)")
+    p.add_argument("--limit", type=int, default=None, help="use the first N prompts / trace groups")
+    p.add_argument("--sample", type=int, default=None, help="a random sample of N trace groups")
+    p.add_argument("--length-scale", type=float, default=1.0)
+    p.add_argument("--max-len", type=int, default=None)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--instances", type=int, default=2)
+    p.add_argument("--backend", default="inprocess", choices=["inprocess", "local", "ray"])
+    p.add_argument("--chunk-tokens", type=int, default=128)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kv-cache-gb", type=float, default=1.0)
+    p.add_argument("--num-kv-blocks", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch threads per instance")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--fail-instance", type=int, default=None)
+    p.add_argument("--fail-after-s", type=float, default=None)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rollout", help="run a rollout over several engine instances")
+    add_rollout_args(p)
+    p.add_argument("--policy", default="seer", help="verl, divided, context, seer or oracle")
+    p.add_argument("--out", default=None, help="responses as JSONL")
+    p.add_argument("--json", default=None, help="metrics report (a PNG plot is written next to it)")
+    p.set_defaults(func=run)
+
+
+def rollout_config(args: argparse.Namespace, policy: str, num_kv_blocks: int | None = None):
+    from seer.rollout.coordinator import RolloutConfig
+
+    return RolloutConfig(policy=policy, instances=args.instances, backend=args.backend,
+                         chunk_tokens=args.chunk_tokens, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
+                         num_kv_blocks=num_kv_blocks or args.num_kv_blocks, threads_per_instance=args.threads,
+                         seed=args.seed)
+
+
+def build_groups(args: argparse.Namespace, model: Path) -> list:
+    """The groups an invocation describes (prompts file or trace)."""
+    from seer.models.config import ModelConfig
+    from seer.models.tokenizer import Tokenizer
+    from seer.rollout.workload import ReplayOptions, groups_from_prompts, groups_from_trace
+    from seer.sampling_params import SamplingParams
+
+    if bool(args.prompts) == bool(args.trace):
+        raise ValueError("give exactly one of --prompts FILE or --trace FILE")
+    if args.group_size < 1:
+        raise ValueError(f"--group-size must be >= 1, got {args.group_size}")
+    if args.trace:
+        vocab = ModelConfig.from_dir(model).vocab_size
+        opts = ReplayOptions(args.length_scale, args.max_len, limit=args.limit, sample=args.sample, seed=args.seed,
+                             temperature=args.temperature)
+        return groups_from_trace(args.trace, vocab, opts)
+    sp = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    return groups_from_prompts(args.prompts, Tokenizer.from_dir(model), args.group_size, sp, args.limit)
+
+
+def fault_plan(args: argparse.Namespace):
+    from seer.rollout.driver import FaultPlan
+
+    if args.fail_instance is None:
+        return None
+    if args.fail_after_s is None:
+        raise ValueError("--fail-instance needs --fail-after-s")
+    return FaultPlan(args.fail_instance, args.fail_after_s)
+
+
+def run(args: argparse.Namespace) -> int:
+    from seer.rollout.plots import plot_rollout
+
+    from seer.rollout.coordinator import RolloutCoordinator
+
+    model = resolve_model(args.model)
+    groups = build_groups(args, model)
+    with RolloutCoordinator(model, rollout_config(args, args.policy)) as coord:
+        out = coord.rollout(groups, fault=fault_plan(args))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "w") as f:
+            for rec in out.records():
+                f.write(json.dumps(rec) + "\n")
+    m = out.metrics.to_dict()
+    report = {"policy": out.policy, "weight_version": out.weight_version, "wall_s": round(out.wall_s, 2),
+              "groups": len(groups), "responses": len(out.result.responses), **m,
+              "stats": {k: v for k, v in out.result.stats.items() if k not in ("busy", "instances")},
+              "instances": out.result.stats.get("instances")}
+    print(json.dumps({k: report[k] for k in ("policy", "responses", "makespan_s", "throughput_tok_s", "tail_s",
+                                             "preemptions", "kv_bytes_moved")}, indent=1))
+    if args.json:
+        write_json(args.json, report)
+        png = plot_rollout({out.policy: out.result}, Path(args.json).with_suffix(".png"), f"rollout: {out.policy}")
+        print(f"report {args.json}, plot {png}")
+    return 0

@@ -1,0 +1,275 @@
+"""Instances as separate processes on this machine: real parallelism, wall-clock time.
+
+Each instance process (``process_worker``) owns an engine with its own torch threads (one each by default, so
+two instances use the two cores of a small machine). The coordinator keeps the request buffer and the rollout
+driver; it reacts to step reports as they arrive, forwards each instance's new tokens to the other instances'
+draft-server replicas (drafts may be a step stale, never wrong), and moves KV between instances through a
+file-backed pool in shared memory. A process that dies is noticed, and its requests continue elsewhere.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from multiprocessing.connection import wait
+
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutResult, RolloutStalled
+from seer.rollout.file_pool import FileKVPool
+from seer.rollout.instance import ChunkStart, Instance, StepReport
+from seer.rollout.policies import RolloutPolicy
+from seer.rollout.process_worker import WorkerSpec, worker_main
+from seer.rollout.types import InstanceState, blocks_for
+
+READY_TIMEOUT_S = 600.0
+
+
+class WorkerProxy(Instance):
+    """The coordinator's view of one instance process, from its last snapshot plus what was sent since."""
+
+    def __init__(self, iid: int, proc: mp.Process, conn, snap: dict) -> None:
+        self.instance_id = iid
+        self.proc = proc
+        self.conn = conn
+        self.snap = snap
+        self.pending_blocks = 0
+        self.pending_running = 0
+        self.inbox: list[tuple] = []
+
+    def refresh(self, snap: dict) -> None:
+        self.snap, self.pending_blocks, self.pending_running = snap, 0, 0
+
+    def state(self) -> InstanceState:
+        s = self.snap
+        return InstanceState(self.instance_id, max(0, s["free_blocks"] - self.pending_blocks), s["block_size"],
+                             running=s["running"] + self.pending_running, max_running=s["max_running"],
+                             total_blocks=s["total_blocks"])
+
+    def start(self, chunk: ChunkStart) -> None:
+        self.pending_blocks += chunk.assignment.blocks_reserved
+        self.pending_running += 1
+        self.snap["has_work"] = True
+        self.snap["resident"].pop(chunk.spec.request_id, None)
+        self.conn.send(("start", chunk))
+
+    def step(self) -> StepReport:
+        raise NotImplementedError("process instances step on their own")
+
+    def has_work(self) -> bool:
+        return bool(self.snap["has_work"])
+
+    def resident(self) -> list[int]:
+        return list(self.snap["resident"])
+
+    def resident_blocks(self, request_id: int) -> int:
+        return self.snap["resident"].get(request_id, 0)
+
+    def evict(self, request_id: int) -> int:
+        blocks = self.snap["resident"].pop(request_id, 0)
+        self.conn.send(("evict", request_id))
+        while True:  # other messages that arrive meanwhile are kept for the main loop
+            msg = self.conn.recv()
+            if msg[0] == "evicted" and msg[1] == request_id:
+                self.snap["free_blocks"] += blocks
+                return int(msg[2])
+            self.inbox.append(msg)
+
+    def release(self, request_id: int) -> None:
+        self.snap["resident"].pop(request_id, None)
+        self.conn.send(("release", request_id))
+
+    def stats(self) -> dict:
+        return self.snap.get("stats", {})
+
+
+class BroadcastDrafts:
+    """Stands in for the draft server in the driver: group completions go to every instance's replica."""
+
+    def __init__(self, proxies: dict[int, WorkerProxy]) -> None:
+        self.proxies = proxies
+
+    def has_group(self, gid: str) -> bool:
+        return True
+
+    def finish_group(self, gid: str) -> None:
+        for p in self.proxies.values():
+            if p.proc.is_alive():
+                p.conn.send(("finish_group", gid))
+
+
+class ProcessBackend:
+    def __init__(self, model: str, config, pool) -> None:
+        from seer.engine.config import EngineConfig
+
+        self.model = model
+        self.config = config
+        kwargs = config.engine_kwargs()
+        if kwargs.get("num_threads") is None:
+            kwargs["num_threads"] = max(1, (os.cpu_count() or 1) // config.instances)
+        if config.instances > (os.cpu_count() or 1):
+            raise ValueError(f"{config.instances} instances need at least as many cores; this machine has "
+                             f"{os.cpu_count()} (use --backend inprocess or ray for more)")
+        EngineConfig(model=model, **kwargs)  # validate before spawning anything
+        self.engine_kwargs = kwargs
+        self.pool = FileKVPool.create(int(config.pool_budget_gb * 2**30), config.spill_dir)
+        self.ctx = mp.get_context("spawn")
+        self.proxies: dict[int, WorkerProxy] = {}
+        self._spec_key: object = "unset"
+
+    # ------------------------------------------------------------------ processes
+    def _spawn(self, policy: RolloutPolicy) -> None:
+        spec = self.config.spec if policy.speculative else None
+        key = (spec, self.engine_kwargs.get("num_kv_blocks"))
+        if self.proxies and key == self._spec_key and all(p.proc.is_alive() for p in self.proxies.values()):
+            return
+        self.close_workers()
+        profile = self._profile() if spec is not None and spec.adaptive else None
+        pool_dirs = (str(self.pool.memory_dir), str(self.pool.spill_dir), self.pool.budget_bytes)
+        pending = {}
+        for iid in range(self.config.instances):
+            parent, child = self.ctx.Pipe()
+            ws = WorkerSpec(iid, self.model, self.engine_kwargs, pool_dirs, spec, profile)
+            proc = self.ctx.Process(target=worker_main, args=(child, ws), daemon=True, name=f"seer-instance-{iid}")
+            proc.start()
+            pending[iid] = (proc, parent)
+        for iid, (proc, conn) in pending.items():
+            if not conn.poll(READY_TIMEOUT_S):
+                raise RuntimeError(f"instance {iid} did not start within {READY_TIMEOUT_S:.0f} s")
+            msg = conn.recv()
+            if msg[0] != "ready":
+                raise RuntimeError(f"instance {iid} failed to start:\n{msg[1]}")
+            self.proxies[iid] = WorkerProxy(iid, proc, conn, msg[1])
+        self._spec_key = key
+
+    def _profile(self) -> dict:
+        from seer.cli.common import cache_dir
+        from seer.engine.config import EngineConfig
+        from seer.engine.llm_engine import LLMEngine
+        from seer.engine.profiler import profile_verify_cost
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.engine_kwargs["num_threads"])
+        try:
+            engine = LLMEngine(EngineConfig(model=self.model, **self.engine_kwargs))
+            return profile_verify_cost(engine, cache_dir=cache_dir() / "profiles").to_profile()
+        finally:
+            torch.set_num_threads(threads)
+
+    def weight_versions(self) -> list[int]:
+        if not self.proxies:
+            return [0]
+        return [p.snap["weight_version"] for p in self.proxies.values()]
+
+    def update_weights(self, source, version: int | None = None) -> int:
+        if not self.proxies:
+            self._spawn(type("P", (), {"speculative": False})())
+        versions = set()
+        for p in self.proxies.values():
+            p.conn.send(("update_weights", source, version))
+        for p in self.proxies.values():
+            while True:
+                msg = p.conn.recv()
+                if msg[0] == "weights":
+                    versions.add(msg[1])
+                    p.snap["weight_version"] = msg[1]
+                    break
+        if len(versions) != 1:
+            raise RuntimeError(f"instances ended on different weight versions {versions}")
+        return versions.pop()
+
+    def set_pool(self, pool) -> None:
+        pass  # instances share the file pool; stale entries were dropped with the old weights' requests
+
+    # ------------------------------------------------------------------ live rollout
+    def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
+            fault: FaultPlan | None) -> RolloutResult:
+        from tqdm.auto import tqdm
+
+        self._spawn(policy)
+        proxies = dict(self.proxies)
+        headroom = self.config.spec.gamma_max if policy.speculative else 0
+        bar = tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
+                   unit="resp")
+        driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens, draft_headroom=headroom,
+                               draft_server=BroadcastDrafts(proxies) if policy.speculative else None)
+        if policy.speculative:
+            prompts = {str(sp.group_id): sp.prompt_token_ids for sp in driver.specs.values()}
+            for p in proxies.values():
+                p.conn.send(("register", list(prompts.items())))
+        t0 = time.time()
+        driver.begin()
+        killed = False
+        last_event = time.time()
+        try:
+            while not driver.done:
+                if fault is not None and not killed and time.time() - t0 >= fault.at_s:
+                    os.kill(proxies[fault.instance_id].proc.pid, signal.SIGKILL)
+                    killed = True
+                msgs = self._collect(proxies, timeout=0.5)
+                for iid, msg in msgs:
+                    last_event = time.time()
+                    self._on_message(driver, proxies, iid, msg, t0, policy)
+                for iid, p in list(proxies.items()):
+                    if iid in driver.alive and not p.proc.is_alive():
+                        driver.now = time.time() - t0
+                        driver.on_instance_lost(iid)
+                bar.update(driver.buffer.num_finished - bar.n)
+                if time.time() - last_event > 120 and not any(p.has_work() for p in proxies.values()):
+                    raise RolloutStalled(driver._diagnose())
+        finally:
+            bar.close()
+        for p in proxies.values():
+            for rid in p.resident():
+                if p.proc.is_alive():
+                    p.release(rid)
+        return driver.result()
+
+    def _collect(self, proxies: dict[int, WorkerProxy], timeout: float) -> list[tuple[int, tuple]]:
+        out = [(iid, m) for iid, p in proxies.items() for m in p.inbox]
+        for p in proxies.values():
+            p.inbox.clear()
+        if out:
+            return out
+        conns = {p.conn: iid for iid, p in proxies.items() if p.proc.is_alive()}
+        for conn in wait(list(conns), timeout=timeout):
+            try:
+                while conn.poll(0):
+                    out.append((conns[conn], conn.recv()))
+            except (EOFError, OSError):
+                continue
+        return out
+
+    def _on_message(self, driver: RolloutDriver, proxies, iid: int, msg: tuple, t0: float, policy) -> None:
+        if msg[0] == "error":
+            raise RuntimeError(f"instance {iid} failed:\n{msg[1]}")
+        if msg[0] != "step" or iid not in driver.alive:
+            return
+        _, start, end, rep, snap = msg
+        proxies[iid].refresh(snap)
+        driver.now = end - t0
+        if policy.speculative and rep.new_tokens:
+            updates = [(str(driver.specs[rid].group_id), str(rid), toks) for rid, toks in rep.new_tokens]
+            for other, p in proxies.items():
+                if other != iid and other in driver.alive:
+                    p.conn.send(("feed", updates))
+        rep.duration_s = end - start
+        driver.on_step(iid, start - t0, rep)
+
+    def close_workers(self) -> None:
+        for p in self.proxies.values():
+            try:
+                if p.proc.is_alive():
+                    p.conn.send(("stop",))
+            except (BrokenPipeError, OSError):
+                pass
+        for p in self.proxies.values():
+            p.proc.join(timeout=10)
+            if p.proc.is_alive():
+                p.proc.kill()
+        self.proxies.clear()
+
+    def close(self) -> None:
+        self.close_workers()
+        self.pool.close()

@@ -1,0 +1,108 @@
+"""The body of one instance process: an engine instance driven by messages from the coordinator.
+
+Protocol (tuples over a ``multiprocessing`` pipe). Coordinator -> worker: ``("start", ChunkStart)``,
+``("evict", rid)`` (answered with ``("evicted", rid, bytes)``), ``("release", rid)``, ``("feed", updates)``
+(sibling tokens generated on other instances, for the local draft-server replica), ``("finish_group", gid)``,
+``("register", [(gid, prompt)])``, ``("update_weights", source, version)`` (answered with ``("weights", version)``), ``("stop",)``.
+Worker -> coordinator: ``("ready", snapshot)`` once, then ``("step", start_wall, end_wall, StepReport,
+snapshot)`` after every step. The worker steps whenever it has work and blocks on the pipe when idle.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    instance_id: int
+    model: str
+    engine_kwargs: dict
+    pool_dirs: tuple[str, str, int]      # memory dir, spill dir, budget bytes
+    spec: object | None                  # SpecConfig when the policy speculates
+    cost_profile: dict | None            # verify-cost profile for the adaptive policy
+
+
+def snapshot(inst) -> dict:
+    st = inst.state()
+    return {"free_blocks": st.free_blocks, "running": st.running, "max_running": st.max_running,
+            "total_blocks": st.total_blocks, "block_size": st.block_size,
+            "resident": {rid: inst.resident_blocks(rid) for rid in inst.resident()},
+            "has_work": inst.has_work(), "weight_version": inst.weight_version, "stats": inst.stats()}
+
+
+def _build(spec: WorkerSpec):
+    from seer.engine.config import EngineConfig
+    from seer.engine.llm_engine import LLMEngine
+    from seer.engine.speculator import Speculator
+    from seer.rollout.engine_instance import EngineInstance
+    from seer.rollout.file_pool import FileKVPool
+    from seer.spec.draft_server import DraftServer
+    from seer.spec.policy import PolicyConfig, SpecPolicy, VerifyCostModel
+
+    engine = LLMEngine(EngineConfig(model=spec.model, **spec.engine_kwargs))
+    pool = FileKVPool(*spec.pool_dirs)
+    speculator = None
+    if spec.spec is not None:
+        policy = None
+        if spec.spec.adaptive and spec.cost_profile is not None:
+            policy = SpecPolicy(VerifyCostModel.from_profile(spec.cost_profile),
+                                PolicyConfig(gamma_max=spec.spec.gamma_max))
+        cfg = spec.spec if policy is not None else type(spec.spec)(**{**spec.spec.__dict__, "adaptive": False})
+        speculator = Speculator(DraftServer(), policy, cfg)
+    return EngineInstance(spec.instance_id, engine, pool, speculator)
+
+
+def _handle(inst, conn, msg) -> bool:
+    kind = msg[0]
+    if kind == "start":
+        inst.start(msg[1])
+    elif kind == "evict":
+        conn.send(("evicted", msg[1], inst.evict(msg[1])))
+    elif kind == "release":
+        if str(msg[1]) in inst.scheduler.paused or str(msg[1]) in inst.scheduler.requests:
+            inst.release(msg[1])
+    elif kind == "feed" and inst.speculator is not None:
+        server = inst.speculator.server
+        for gid, rid, toks in msg[1]:
+            if not server.has_group(gid):
+                continue
+            server.feed([(gid, rid, toks)])
+    elif kind == "register" and inst.speculator is not None:
+        server = inst.speculator.server
+        for gid, prompt in msg[1]:
+            if not server.has_group(gid):
+                server.register_group(gid, prompt)
+    elif kind == "finish_group" and inst.speculator is not None:
+        inst.speculator.finish_group(msg[1])
+    elif kind == "update_weights":
+        conn.send(("weights", inst.update_weights(msg[1], msg[2])))
+    elif kind == "stop":
+        return False
+    return True
+
+
+def worker_main(conn, spec: WorkerSpec) -> None:
+    try:
+        inst = _build(spec)
+        conn.send(("ready", snapshot(inst)))
+        while True:
+            if not inst.has_work():
+                conn.poll(None)
+            while conn.poll(0):
+                if not _handle(inst, conn, conn.recv()):
+                    return
+            if inst.has_work():
+                t0 = time.time()
+                rep = inst.step()
+                conn.send(("step", t0, time.time(), rep, snapshot(inst)))
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        return
+    except Exception:
+        try:
+            conn.send(("error", traceback.format_exc()))
+        finally:
+            os._exit(1)

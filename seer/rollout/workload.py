@@ -1,0 +1,94 @@
+"""Rollout inputs: groups from a prompts file (real sampling) or from a trace (replay on the real engine).
+
+Trace replay keeps the real compute and the real scheduling problem while the responses come from a recording:
+token-id traces replay the recorded tokens (forced), so drafting sees real sibling text; length-only traces use
+random prompt tokens of the recorded prompt length and sample real tokens until the recorded length (EOS
+ignored). ``length_scale`` shrinks prompts and responses alike (a prompt keeps its last tokens) and ``max_len``
+caps response lengths, so CPU runs stay short and keep the workload's prompt/response proportions; token ids outside the
+model's vocabulary are folded into it (id mod vocab), which keeps equal tokens equal.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from seer.cli.common import read_jsonl
+from seer.data.traces import TraceGroup, load_trace
+from seer.rollout.driver import GroupInput
+from seer.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    length_scale: float = 1.0
+    max_len: int | None = None
+    max_prompt_len: int | None = 512
+    limit: int | None = None
+    sample: int | None = None
+    seed: int = 0
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.length_scale <= 1.0:
+            raise ValueError(f"length_scale must be in (0, 1], got {self.length_scale}")
+        if self.max_len is not None and self.max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {self.max_len}")
+
+    def scale(self, n: int) -> int:
+        n = max(1, round(n * self.length_scale))
+        return min(n, self.max_len) if self.max_len else n
+
+
+def groups_from_trace(path: str | Path, vocab_size: int, opts: ReplayOptions) -> list[GroupInput]:
+    trace = load_trace(path, limit=opts.limit, sample=opts.sample, seed=opts.seed)
+    rng = random.Random(opts.seed)
+    return [_group_from_trace(g, vocab_size, opts, rng) for g in trace]
+
+
+def _group_from_trace(g: TraceGroup, vocab: int, opts: ReplayOptions, rng: random.Random) -> GroupInput:
+    lengths = tuple(opts.scale(r.length) for r in g.responses)
+    cap = max(lengths)
+    plen = max(1, round(g.prompt_len * opts.length_scale))
+    plen = min(plen, opts.max_prompt_len or plen)
+    if g.prompt_token_ids is not None:
+        prompt = tuple(t % vocab for t in g.prompt_token_ids[-plen:])
+    else:
+        prompt = tuple(rng.randrange(vocab) for _ in range(max(1, plen)))
+    meta = {"trace_group": g.group_id, **{k: v for k, v in g.metadata.items() if isinstance(v, (str, int, float))}}
+    if g.has_token_ids:
+        forced = tuple(tuple(t % vocab for t in r.token_ids[:n]) for r, n in zip(g.responses, lengths))
+        sp = SamplingParams(temperature=opts.temperature, max_tokens=cap)
+        return GroupInput(prompt, g.group_size, sp, key=g.group_id, forced=forced, true_lengths=lengths,
+                          metadata=meta)
+    sp = SamplingParams(temperature=opts.temperature, max_tokens=cap, ignore_eos=True)
+    return GroupInput(prompt, g.group_size, sp, key=g.group_id, true_lengths=lengths, stop_lengths=lengths,
+                      metadata=meta)
+
+
+def groups_from_prompts(path: str | Path, tokenizer, group_size: int, params: SamplingParams,
+                        limit: int | None = None) -> list[GroupInput]:
+    """Prompts JSONL (``question``/``prompt``/``messages``/``prompt_token_ids``, optional ``answer``)."""
+    if group_size < 1:
+        raise ValueError(f"group size must be >= 1, got {group_size}")
+    groups: list[GroupInput] = []
+    for lineno, rec in read_jsonl(path):
+        if "prompt_token_ids" in rec:
+            ids = [int(t) for t in rec["prompt_token_ids"]]
+        elif "messages" in rec:
+            ids = tokenizer.apply_chat_template(rec["messages"], add_generation_prompt=True)
+        elif "question" in rec or "prompt" in rec:
+            text = rec.get("question", rec.get("prompt"))
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{path}:{lineno}: empty question/prompt")
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        else:
+            raise ValueError(f"{path}:{lineno}: needs one of question, prompt, messages, prompt_token_ids")
+        meta = {k: rec[k] for k in ("id", "answer", "question", "data_source") if k in rec}
+        groups.append(GroupInput(tuple(ids), group_size, params, key=str(rec.get("id", lineno)), metadata=meta))
+        if limit is not None and len(groups) >= limit:
+            break
+    if not groups:
+        raise ValueError(f"{path}: no prompts (the file is empty)")
+    return groups
