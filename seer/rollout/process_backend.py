@@ -25,6 +25,23 @@ from seer.rollout.types import InstanceState, blocks_for
 READY_TIMEOUT_S = 600.0
 
 
+def verify_cost_profile(model: str, engine_kwargs: dict) -> dict:
+    """The verify-cost profile of one instance as configured (measured once here, cached on disk)."""
+    import torch
+
+    from seer.cli.common import cache_dir
+    from seer.engine.config import EngineConfig
+    from seer.engine.llm_engine import LLMEngine
+    from seer.engine.profiler import profile_verify_cost
+
+    threads = torch.get_num_threads()
+    try:
+        engine = LLMEngine(EngineConfig(model=model, **engine_kwargs))
+        return profile_verify_cost(engine, cache_dir=cache_dir() / "profiles").to_profile()
+    finally:
+        torch.set_num_threads(threads)
+
+
 class WorkerProxy(Instance):
     """The coordinator's view of one instance process, from its last snapshot plus what was sent since."""
 
@@ -124,7 +141,7 @@ class ProcessBackend:
         if self.proxies and key == self._spec_key and all(p.proc.is_alive() for p in self.proxies.values()):
             return
         self.close_workers()
-        profile = self._profile() if spec is not None and spec.adaptive else None
+        profile = verify_cost_profile(self.model, self.engine_kwargs) if spec is not None and spec.adaptive else None
         pool_dirs = (str(self.pool.memory_dir), str(self.pool.spill_dir), self.pool.budget_bytes)
         pending = {}
         for iid in range(self.config.instances):
@@ -141,21 +158,6 @@ class ProcessBackend:
                 raise RuntimeError(f"instance {iid} failed to start:\n{msg[1]}")
             self.proxies[iid] = WorkerProxy(iid, proc, conn, msg[1])
         self._spec_key = key
-
-    def _profile(self) -> dict:
-        from seer.cli.common import cache_dir
-        from seer.engine.config import EngineConfig
-        from seer.engine.llm_engine import LLMEngine
-        from seer.engine.profiler import profile_verify_cost
-        import torch
-
-        threads = torch.get_num_threads()
-        torch.set_num_threads(self.engine_kwargs["num_threads"])
-        try:
-            engine = LLMEngine(EngineConfig(model=self.model, **self.engine_kwargs))
-            return profile_verify_cost(engine, cache_dir=cache_dir() / "profiles").to_profile()
-        finally:
-            torch.set_num_threads(threads)
 
     def weight_versions(self) -> list[int]:
         if not self.proxies:

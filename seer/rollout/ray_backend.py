@@ -1,0 +1,307 @@
+"""Instances as Ray actors: the multi-node path.
+
+Each actor owns one engine instance (the same ``EngineInstance`` as the other backends) and runs one step per
+``step`` call; the coordinator keeps one step call in flight per actor with work and reacts to whichever
+finishes first (``ray.wait``), so instances on different machines run in parallel. Between actors, KV moves
+through the Ray object store: evicting returns the KV as an object, and the actor that resumes the request
+receives the object reference with the chunk. Every ``ray.get`` has a timeout, so a lost actor is reported
+and its requests continue elsewhere instead of hanging the rollout.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutResult, RolloutStalled
+from seer.rollout.instance import ChunkStart, Instance, StepReport
+from seer.rollout.kv_pool import KVPool, PoolStats
+from seer.rollout.policies import RolloutPolicy
+from seer.rollout.process_worker import WorkerSpec, snapshot
+from seer.rollout.types import InstanceState
+
+CALL_TIMEOUT_S = 600.0
+
+
+class HandoffPool(KVPool):
+    """An actor-local pool: entries arrive with a chunk (from the object store) or leave on eviction."""
+
+    def __init__(self) -> None:
+        self.entries: dict = {}
+        self.moved = 0
+
+    def put(self, request_id, payload, meta=None) -> None:
+        self.entries[request_id] = (payload, meta or {})
+        self.moved += len(payload)
+
+    def get(self, request_id):
+        return self.entries[request_id]
+
+    def pop(self, request_id):
+        return self.entries.pop(request_id)
+
+    def drop(self, request_id) -> bool:
+        return self.entries.pop(request_id, None) is not None
+
+    def contains(self, request_id) -> bool:
+        return request_id in self.entries
+
+    def stats(self) -> PoolStats:
+        size = sum(len(p) for p, _ in self.entries.values())
+        return PoolStats(len(self.entries), size, 0, self.moved, 0, 0, 0)
+
+    def check_integrity(self) -> None:
+        assert all(isinstance(m, dict) for _, m in self.entries.values())
+
+    def close(self) -> None:
+        self.entries.clear()
+
+
+class InstanceActor:
+    """The body of a Ray actor (wrapped with ``ray.remote`` at runtime)."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        from seer.rollout.process_worker import _build
+
+        os.environ.setdefault("OMP_NUM_THREADS", str(spec.engine_kwargs.get("num_threads") or 1))
+        self.inst = _build(spec)
+        self.inst.pool = HandoffPool()
+
+    def snapshot(self) -> dict:
+        return snapshot(self.inst)
+
+    def start(self, chunk: ChunkStart, kv=None) -> None:
+        if kv is not None:
+            self.inst.pool.put(chunk.spec.request_id, kv[0], kv[1])
+        self.inst.start(chunk)
+
+    def step(self):
+        if not self.inst.has_work():
+            return None
+        t0 = time.time()
+        rep = self.inst.step()
+        return t0, time.time(), rep, snapshot(self.inst)
+
+    def evict(self, request_id: int):
+        nbytes = self.inst.evict(request_id)
+        return nbytes, self.inst.pool.pop(request_id)
+
+    def release(self, request_id: int) -> None:
+        if str(request_id) in self.inst.scheduler.paused:
+            self.inst.release(request_id)
+
+    def register(self, groups) -> None:
+        if self.inst.speculator is not None:
+            server = self.inst.speculator.server
+            for gid, prompt in groups:
+                if not server.has_group(gid):
+                    server.register_group(gid, prompt)
+
+    def feed(self, updates) -> None:
+        if self.inst.speculator is not None:
+            server = self.inst.speculator.server
+            server.feed([u for u in updates if server.has_group(u[0])])
+
+    def finish_group(self, gid: str) -> None:
+        if self.inst.speculator is not None:
+            self.inst.speculator.finish_group(gid)
+
+    def update_weights(self, source, version):
+        return self.inst.update_weights(source, version)
+
+
+class ActorProxy(Instance):
+    def __init__(self, iid: int, actor, snap: dict, handoff: dict[int, object]) -> None:
+        self.instance_id = iid
+        self.actor = actor
+        self.snap = snap
+        self.pending_blocks = 0
+        self.pending_running = 0
+        self.handoff_source = handoff  # request id -> object ref of its evicted KV, shared by all proxies
+
+    def refresh(self, snap: dict) -> None:
+        self.snap, self.pending_blocks, self.pending_running = snap, 0, 0
+
+    def state(self) -> InstanceState:
+        s = self.snap
+        return InstanceState(self.instance_id, max(0, s["free_blocks"] - self.pending_blocks), s["block_size"],
+                             running=s["running"] + self.pending_running, max_running=s["max_running"],
+                             total_blocks=s["total_blocks"])
+
+    def start(self, chunk: ChunkStart) -> None:
+        self.pending_blocks += chunk.assignment.blocks_reserved
+        self.pending_running += 1
+        self.snap["has_work"] = True
+        self.snap["resident"].pop(chunk.spec.request_id, None)
+        kv = self.handoff_source.pop(chunk.spec.request_id, None)
+        self.actor.start.remote(chunk, kv)
+
+    def step(self) -> StepReport:
+        raise NotImplementedError("actors step through RayBackend.run")
+
+    def has_work(self) -> bool:
+        return bool(self.snap["has_work"])
+
+    def resident(self) -> list[int]:
+        return list(self.snap["resident"])
+
+    def resident_blocks(self, request_id: int) -> int:
+        return self.snap["resident"].get(request_id, 0)
+
+    def evict(self, request_id: int) -> int:
+        import ray
+
+        blocks = self.snap["resident"].pop(request_id, 0)
+        nbytes, kv = ray.get(self.actor.evict.remote(request_id), timeout=CALL_TIMEOUT_S)
+        self.handoff_source[request_id] = ray.put(kv)
+        self.snap["free_blocks"] += blocks
+        return int(nbytes)
+
+    def release(self, request_id: int) -> None:
+        self.snap["resident"].pop(request_id, None)
+        self.actor.release.remote(request_id)
+
+    def stats(self) -> dict:
+        return self.snap.get("stats", {})
+
+
+class RayBackend:
+    def __init__(self, model: str, config, pool) -> None:
+        try:
+            import ray
+        except ImportError as err:
+            raise ValueError("backend 'ray' needs Ray: pip install 'ray==2.60.0'") from err
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if not ray.is_initialized():
+            address = os.environ.get("RAY_ADDRESS")
+            if address:
+                ray.init(address=address)
+            else:
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, ignore_reinit_error=True)
+        self.ray = ray
+        self.model = model
+        self.config = config
+        kwargs = config.engine_kwargs()
+        if kwargs.get("num_threads") is None:
+            kwargs["num_threads"] = 1
+        self.engine_kwargs = kwargs
+        self.cpus_per_actor = float(os.environ.get("SEER_RAY_CPUS_PER_ACTOR", "0.5"))
+        self.proxies: dict[int, ActorProxy] = {}
+        self._key: object = "unset"
+
+    def _spawn(self, policy: RolloutPolicy) -> None:
+        ray = self.ray
+        spec = self.config.spec if policy.speculative else None
+        if self.proxies and self._key == spec:
+            return
+        self.close_actors()
+        profile = None
+        if spec is not None and spec.adaptive:
+            from seer.rollout.process_backend import verify_cost_profile
+            profile = verify_cost_profile(self.model, self.engine_kwargs)
+        actor_cls = ray.remote(num_cpus=self.cpus_per_actor)(InstanceActor)
+        handoff: dict[int, object] = {}
+        for iid in range(self.config.instances):
+            ws = WorkerSpec(iid, self.model, self.engine_kwargs, ("", "", 0), spec, profile)
+            actor = actor_cls.remote(ws)
+            snap = ray.get(actor.snapshot.remote(), timeout=CALL_TIMEOUT_S)
+            self.proxies[iid] = ActorProxy(iid, actor, snap, handoff)
+        self._key = spec
+
+    def weight_versions(self) -> list[int]:
+        return [p.snap["weight_version"] for p in self.proxies.values()] or [0]
+
+    def update_weights(self, source, version: int | None = None) -> int:
+        if not self.proxies:
+            self._spawn(type("P", (), {"speculative": False})())
+        refs = [p.actor.update_weights.remote(source, version) for p in self.proxies.values()]
+        versions = set(self.ray.get(refs, timeout=CALL_TIMEOUT_S))
+        for p, v in zip(self.proxies.values(), versions):
+            p.snap["weight_version"] = v
+        return versions.pop()
+
+    def set_pool(self, pool) -> None:
+        pass
+
+    def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
+            fault: FaultPlan | None) -> RolloutResult:
+        from tqdm.auto import tqdm
+
+        ray = self.ray
+        self._spawn(policy)
+        proxies = dict(self.proxies)
+        headroom = self.config.spec.gamma_max if policy.speculative else 0
+        driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens, draft_headroom=headroom,
+                               draft_server=_ActorDrafts(proxies) if policy.speculative else None)
+        if policy.speculative:
+            prompts = [(str(sp.group_id), sp.prompt_token_ids) for sp in driver.specs.values()]
+            ray.get([p.actor.register.remote(prompts) for p in proxies.values()], timeout=CALL_TIMEOUT_S)
+        bar = tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
+                   unit="resp")
+        t0 = time.time()
+        driver.begin()
+        in_flight: dict[object, int] = {}
+        killed = False
+        try:
+            while not driver.done:
+                if fault is not None and not killed and time.time() - t0 >= fault.at_s:
+                    ray.kill(proxies[fault.instance_id].actor)
+                    killed = True
+                for iid in sorted(driver.alive):
+                    if iid not in in_flight.values() and proxies[iid].has_work():
+                        in_flight[proxies[iid].actor.step.remote()] = iid
+                if not in_flight:
+                    raise RolloutStalled(driver._diagnose())
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=CALL_TIMEOUT_S)
+                if not ready:
+                    raise RolloutStalled("no instance answered within the call timeout")
+                ref = ready[0]
+                iid = in_flight.pop(ref)
+                try:
+                    out = ray.get(ref, timeout=CALL_TIMEOUT_S)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
+                    driver.now = time.time() - t0
+                    driver.on_instance_lost(iid)
+                    continue
+                if out is None:
+                    proxies[iid].snap["has_work"] = False
+                    continue
+                start, end, rep, snap = out
+                proxies[iid].refresh(snap)
+                driver.now = end - t0
+                if policy.speculative and rep.new_tokens:
+                    updates = [(str(driver.specs[r].group_id), str(r), toks) for r, toks in rep.new_tokens]
+                    for other in driver.alive - {iid}:
+                        proxies[other].actor.feed.remote(updates)
+                rep.duration_s = end - start
+                driver.on_step(iid, start - t0, rep)
+                bar.update(driver.buffer.num_finished - bar.n)
+        finally:
+            bar.close()
+        for p in proxies.values():
+            for rid in p.resident():
+                p.release(rid)
+        return driver.result()
+
+    def close_actors(self) -> None:
+        for p in self.proxies.values():
+            try:
+                self.ray.kill(p.actor)
+            except Exception:  # noqa: BLE001 - an actor that is already gone
+                pass
+        self.proxies.clear()
+
+    def close(self) -> None:
+        self.close_actors()
+
+
+class _ActorDrafts:
+    def __init__(self, proxies: dict[int, ActorProxy]) -> None:
+        self.proxies = proxies
+
+    def has_group(self, gid: str) -> bool:
+        return True
+
+    def finish_group(self, gid: str) -> None:
+        for p in self.proxies.values():
+            p.actor.finish_group.remote(gid)
