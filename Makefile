@@ -20,8 +20,9 @@ install: $(STAMP)
 
 demo: install
 	$(VENV)/bin/seer models prepare smollm2-135m-instruct
-	$(VENV)/bin/seer generate --prompts data/gsm8k_test.jsonl --limit 4 -n 4 --temperature 0.7 \
-		--max-tokens 128 --seed 0 --out runs/demo/generations.jsonl --json runs/demo/report.json
+	$(VENV)/bin/seer rollout --prompts data/gsm8k_test.jsonl --limit 8 --group-size 8 --instances 2 \
+		--backend local --policy seer --temperature 0.7 --max-tokens 256 --chunk-tokens 64 --seed 0 \
+		--out runs/demo/rollouts.jsonl --json runs/demo/report.json
 
 test: install
 	$(PY) -m pytest tests -q

@@ -20,7 +20,7 @@ from seer.engine.request import Request
 from seer.engine.speculator import SpecConfig, Speculator
 from seer.models.tokenizer import Tokenizer
 from seer.outputs import CompletionOutput, RequestOutput
-from seer.sampling_params import SamplingParams
+from seer.sampling_params import SamplingParams, sibling_seed
 
 PromptLike = str | list[int] | dict
 
@@ -37,13 +37,6 @@ def make_speculator(engine: LLMEngine, config: SpecConfig) -> Speculator:
         cost = profile_verify_cost(engine, cache_dir=cache_dir() / "profiles")
         policy = SpecPolicy(cost, PolicyConfig(gamma_max=config.gamma_max))
     return Speculator(DraftServer(), policy, config)
-
-
-def sibling_seed(seed: int | None, index: int) -> int | None:
-    """Seed of sibling ``index`` of a group sampled with ``seed`` (sibling 0 keeps the seed itself)."""
-    if seed is None or index == 0:
-        return seed
-    return (seed * 1_000_003 + index * 7_919) % (2**63)
 
 
 class LLM:

@@ -61,3 +61,11 @@ class SamplingParams:
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def sibling_seed(seed: int | None, index: int) -> int | None:
+    """Seed of sibling ``index`` of a group sampled with ``seed`` (sibling 0 keeps the seed itself), so a
+    seeded group still gets G different responses, reproducibly."""
+    if seed is None or index == 0:
+        return seed
+    return (seed * 1_000_003 + index * 7_919) % (2**63)

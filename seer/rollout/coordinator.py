@@ -35,6 +35,7 @@ class RolloutConfig:
     backend: str = "inprocess"
     chunk_tokens: int = 128
     dtype: str = "bfloat16"
+    device: str = "cpu"
     block_size: int = 16
     kv_cache_gb: float = 1.0
     num_kv_blocks: int | None = None          # overrides kv_cache_gb
@@ -56,7 +57,7 @@ class RolloutConfig:
             raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
 
     def engine_kwargs(self) -> dict[str, Any]:
-        return dict(dtype=self.dtype, block_size=self.block_size, kv_cache_memory_gb=self.kv_cache_gb,
+        return dict(dtype=self.dtype, device=self.device, block_size=self.block_size, kv_cache_memory_gb=self.kv_cache_gb,
                     num_kv_blocks=self.num_kv_blocks, max_num_seqs=self.max_num_seqs,
                     max_num_batched_tokens=self.max_num_batched_tokens, num_threads=self.threads_per_instance,
                     seed=self.seed)

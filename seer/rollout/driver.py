@@ -25,7 +25,7 @@ from seer.rollout.metrics import ResponseRecord, RolloutMetrics, compute_metrics
 from seer.rollout.policies import RolloutPolicy, instance_of_group
 from seer.rollout.request_buffer import RequestBuffer
 from seer.rollout.types import Assignment, KVSource, RequestState, chunk_blocks_needed
-from seer.sampling_params import SamplingParams
+from seer.sampling_params import SamplingParams, sibling_seed
 
 
 class RolloutStalled(RuntimeError):
@@ -58,10 +58,12 @@ class GroupInput:
             raise ValueError(f"group {self.key or '?'}: stop lengths must be in [1, max_tokens]")
 
     def response_params(self, index: int) -> SamplingParams:
-        """The params one response runs with (length-only replay: ignore EOS, stop at the recorded length)."""
+        """The params one response runs with: its own seed derived from the group's, and in length-only replay
+        EOS ignored and a stop at the recorded length."""
+        params = replace(self.params, seed=sibling_seed(self.params.seed, index))
         if self.stop_lengths is None:
-            return self.params
-        return replace(self.params, max_tokens=self.stop_lengths[index], ignore_eos=True)
+            return params
+        return replace(params, max_tokens=self.stop_lengths[index], ignore_eos=True)
 
 
 @dataclass
