@@ -95,6 +95,7 @@ class RolloutCoordinator:
         self.model = str(model)
         if not Path(self.model).is_dir():
             raise FileNotFoundError(f"model directory {self.model!r} does not exist")
+        check_capacity(self.model, self.config)
         self._tmp = tempfile.TemporaryDirectory(prefix="seer-kvpool-")
         spill = self.config.spill_dir or self._tmp.name
         self.pool = LocalKVPool(int(self.config.pool_budget_gb * 2**30), spill)
@@ -151,5 +152,32 @@ class RolloutCoordinator:
         self.close()
 
 
-def with_policy(config: RolloutConfig, policy: str) -> RolloutConfig:
-    return dataclasses.replace(config, policy=policy)
+def available_memory_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_capacity(model: str, config: RolloutConfig) -> None:
+    """Refuse, before loading anything, a rollout whose instances cannot fit in this machine's memory."""
+    if config.backend == "ray" or config.device != "cpu":
+        return  # Ray places actors across nodes; GPU memory is checked by the engine itself
+    from seer.models.config import ModelConfig
+
+    mc = ModelConfig.from_dir(model)
+    itemsize = 4 if config.dtype in ("float32", "fp32") else 2
+    weights = sum(p.stat().st_size for p in Path(model).glob("*.safetensors"))
+    weights = weights * itemsize // 4 if mc.torch_dtype in (None, "float32") else weights
+    kv_per_token = 2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * itemsize
+    kv = (config.num_kv_blocks * config.block_size * kv_per_token if config.num_kv_blocks is not None
+          else int(config.kv_cache_gb * 2**30))
+    need = config.instances * (weights + kv)
+    avail = available_memory_bytes()
+    if avail is not None and need > 0.9 * avail:
+        raise ValueError(f"{config.instances} instances need about {need / 2**30:.1f} GiB (weights "
+                         f"{weights / 2**30:.2f} GiB + KV {kv / 2**30:.2f} GiB each) but this machine has "
+                         f"{avail / 2**30:.1f} GiB available; use fewer instances, less KV, or --backend ray")

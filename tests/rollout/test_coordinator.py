@@ -122,3 +122,10 @@ def test_ray_backend_matches_inprocess(tiny, reference, monkeypatch):
             assert [r.token_ids for r in out.result.responses] == reference
     finally:
         ray.shutdown()
+
+
+def test_more_instances_than_the_machine_holds(tiny):
+    with pytest.raises(ValueError, match="instances need about"):
+        RolloutCoordinator(tiny, RolloutConfig(instances=64, kv_cache_gb=8.0))
+    with pytest.raises(ValueError, match="cores"):
+        RolloutCoordinator(tiny, RolloutConfig(instances=64, backend="local", num_kv_blocks=16))

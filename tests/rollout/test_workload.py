@@ -1,0 +1,53 @@
+"""Rollout inputs: prompts files and traces become groups; bad input gets errors naming file and line."""
+
+import gzip
+import json
+
+import pytest
+
+from seer.models.tokenizer import Tokenizer
+from seer.rollout.workload import ReplayOptions, groups_from_prompts, groups_from_trace
+from seer.sampling_params import SamplingParams
+from tests.models.helpers import make_tiny_model_dir
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return Tokenizer.from_dir(make_tiny_model_dir(tmp_path_factory.mktemp("wl"), family="llama"))
+
+
+def test_prompts_file_groups(tok, tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"id": "a", "question": "1+1?", "answer": "2"}\n\n{"prompt": "hi"}\n')
+    groups = groups_from_prompts(f, tok, 4, SamplingParams(max_tokens=8))
+    assert [g.size for g in groups] == [4, 4] and groups[0].metadata["answer"] == "2"
+
+
+def test_prompt_file_errors(tok, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="no prompts"):
+        groups_from_prompts(empty, tok, 4, SamplingParams())
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "ok"}\n{"question": \n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: malformed JSON"):
+        groups_from_prompts(bad, tok, 4, SamplingParams())
+    with pytest.raises(ValueError, match="group size"):
+        groups_from_prompts(bad, tok, 0, SamplingParams())
+    with pytest.raises(FileNotFoundError):
+        groups_from_prompts(tmp_path / "missing.jsonl", tok, 4, SamplingParams())
+
+
+def test_length_only_trace_scaled(tmp_path):
+    f = tmp_path / "t.jsonl.gz"
+    with gzip.open(f, "wt") as out:
+        out.write(json.dumps({"group_id": "g", "prompt_len": 40, "output_lens": [100, 300, 50]}) + "\n")
+    [g] = groups_from_trace(f, 128, ReplayOptions(length_scale=0.5, max_len=120))
+    assert g.stop_lengths == (50, 120, 25) and g.params.max_tokens == 120 and len(g.prompt_token_ids) == 20
+    assert g.forced is None and g.response_params(1).ignore_eos
+
+
+def test_token_trace_folds_ids_into_vocab():
+    groups = groups_from_trace("data/math_cot_groups.jsonl", 1000, ReplayOptions(length_scale=0.1, limit=2))
+    assert all(t < 1000 for g in groups for r in g.forced for t in r)
+    assert all(len(r) == n for g in groups for r, n in zip(g.forced, g.true_lengths))
