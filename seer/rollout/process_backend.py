@@ -17,10 +17,10 @@ from multiprocessing.connection import wait
 
 from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutResult, RolloutStalled
 from seer.rollout.file_pool import FileKVPool
-from seer.rollout.instance import ChunkStart, Instance, StepReport
+from seer.rollout.instance import ChunkStart
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.process_worker import WorkerSpec, worker_main
-from seer.rollout.types import InstanceState, blocks_for
+from seer.rollout.remote_proxy import RemoteInstanceProxy
 
 READY_TIMEOUT_S = 600.0
 
@@ -42,48 +42,20 @@ def verify_cost_profile(model: str, engine_kwargs: dict) -> dict:
         torch.set_num_threads(threads)
 
 
-class WorkerProxy(Instance):
-    """The coordinator's view of one instance process, from its last snapshot plus what was sent since."""
+class WorkerProxy(RemoteInstanceProxy):
+    """An instance process, reached through a pipe."""
 
     def __init__(self, iid: int, proc: mp.Process, conn, snap: dict) -> None:
-        self.instance_id = iid
+        super().__init__(iid, snap)
         self.proc = proc
         self.conn = conn
-        self.snap = snap
-        self.pending_blocks = 0
-        self.pending_running = 0
         self.inbox: list[tuple] = []
 
-    def refresh(self, snap: dict) -> None:
-        self.snap, self.pending_blocks, self.pending_running = snap, 0, 0
-
-    def state(self) -> InstanceState:
-        s = self.snap
-        return InstanceState(self.instance_id, max(0, s["free_blocks"] - self.pending_blocks), s["block_size"],
-                             running=s["running"] + self.pending_running, max_running=s["max_running"],
-                             total_blocks=s["total_blocks"])
-
-    def start(self, chunk: ChunkStart) -> None:
-        self.pending_blocks += chunk.assignment.blocks_reserved
-        self.pending_running += 1
-        self.snap["has_work"] = True
-        self.snap["resident"].pop(chunk.spec.request_id, None)
+    def send_start(self, chunk: ChunkStart) -> None:
         self.conn.send(("start", chunk))
 
-    def step(self) -> StepReport:
-        raise NotImplementedError("process instances step on their own")
-
-    def has_work(self) -> bool:
-        return bool(self.snap["has_work"])
-
-    def resident(self) -> list[int]:
-        return list(self.snap["resident"])
-
-    def resident_blocks(self, request_id: int) -> int:
-        return self.snap["resident"].get(request_id, 0)
-
     def evict(self, request_id: int) -> int:
-        blocks = self.snap["resident"].pop(request_id, 0)
+        blocks = self.forget_resident(request_id)
         self.conn.send(("evict", request_id))
         while True:  # other messages that arrive meanwhile are kept for the main loop
             msg = self.conn.recv()
@@ -93,11 +65,8 @@ class WorkerProxy(Instance):
             self.inbox.append(msg)
 
     def release(self, request_id: int) -> None:
-        self.snap["resident"].pop(request_id, None)
+        self.forget_resident(request_id)
         self.conn.send(("release", request_id))
-
-    def stats(self) -> dict:
-        return self.snap.get("stats", {})
 
 
 class BroadcastDrafts:

@@ -14,11 +14,11 @@ import os
 import time
 
 from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutResult, RolloutStalled
-from seer.rollout.instance import ChunkStart, Instance, StepReport
+from seer.rollout.instance import ChunkStart
 from seer.rollout.kv_pool import KVPool, PoolStats
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.process_worker import WorkerSpec, snapshot
-from seer.rollout.types import InstanceState
+from seer.rollout.remote_proxy import RemoteInstanceProxy
 
 CALL_TIMEOUT_S = 600.0
 
@@ -110,59 +110,29 @@ class InstanceActor:
         return self.inst.update_weights(source, version)
 
 
-class ActorProxy(Instance):
+class ActorProxy(RemoteInstanceProxy):
+    """A Ray actor; evicted KV travels as an object reference to whichever actor resumes the request."""
+
     def __init__(self, iid: int, actor, snap: dict, handoff: dict[int, object]) -> None:
-        self.instance_id = iid
+        super().__init__(iid, snap)
         self.actor = actor
-        self.snap = snap
-        self.pending_blocks = 0
-        self.pending_running = 0
         self.handoff_source = handoff  # request id -> object ref of its evicted KV, shared by all proxies
 
-    def refresh(self, snap: dict) -> None:
-        self.snap, self.pending_blocks, self.pending_running = snap, 0, 0
-
-    def state(self) -> InstanceState:
-        s = self.snap
-        return InstanceState(self.instance_id, max(0, s["free_blocks"] - self.pending_blocks), s["block_size"],
-                             running=s["running"] + self.pending_running, max_running=s["max_running"],
-                             total_blocks=s["total_blocks"])
-
-    def start(self, chunk: ChunkStart) -> None:
-        self.pending_blocks += chunk.assignment.blocks_reserved
-        self.pending_running += 1
-        self.snap["has_work"] = True
-        self.snap["resident"].pop(chunk.spec.request_id, None)
-        kv = self.handoff_source.pop(chunk.spec.request_id, None)
-        self.actor.start.remote(chunk, kv)
-
-    def step(self) -> StepReport:
-        raise NotImplementedError("actors step through RayBackend.run")
-
-    def has_work(self) -> bool:
-        return bool(self.snap["has_work"])
-
-    def resident(self) -> list[int]:
-        return list(self.snap["resident"])
-
-    def resident_blocks(self, request_id: int) -> int:
-        return self.snap["resident"].get(request_id, 0)
+    def send_start(self, chunk: ChunkStart) -> None:
+        self.actor.start.remote(chunk, self.handoff_source.pop(chunk.spec.request_id, None))
 
     def evict(self, request_id: int) -> int:
         import ray
 
-        blocks = self.snap["resident"].pop(request_id, 0)
+        blocks = self.forget_resident(request_id)
         nbytes, kv = ray.get(self.actor.evict.remote(request_id), timeout=CALL_TIMEOUT_S)
         self.handoff_source[request_id] = ray.put(kv)
         self.snap["free_blocks"] += blocks
         return int(nbytes)
 
     def release(self, request_id: int) -> None:
-        self.snap["resident"].pop(request_id, None)
+        self.forget_resident(request_id)
         self.actor.release.remote(request_id)
-
-    def stats(self) -> dict:
-        return self.snap.get("stats", {})
 
 
 class RayBackend:
