@@ -9,6 +9,7 @@ simulator's scheduling decisions the engine's. Request ids are the buffer's ints
 from __future__ import annotations
 
 import abc
+import dataclasses
 import time
 
 from seer.engine.request import Request
@@ -27,7 +28,8 @@ class ScheduledInstance(Instance):
         self.eos_token_ids = eos_token_ids
         self.chunk_base: dict[str, int] = {}   # output tokens at the start of the current chunk
         self.counters = {"kv_bytes_loaded": 0, "kv_bytes_saved": 0, "chunks": 0}
-        self._preempt_seen = 0
+        self._base = dataclasses.replace(scheduler.stats)  # an engine outlives rollouts: report deltas
+        self._preempt_seen = scheduler.stats.preemptions
 
     # ------------------------------------------------------------------ hooks for subclasses
     @abc.abstractmethod
@@ -146,9 +148,9 @@ class ScheduledInstance(Instance):
             self.speculator.forget(str(request_id))
 
     def stats(self) -> dict:
-        s = self.scheduler.stats
+        s, b = self.scheduler.stats, self._base
+        delta = {f.name: getattr(s, f.name) - getattr(b, f.name) for f in dataclasses.fields(s)}
         draft_s = self.speculator.draft_s if self.speculator is not None else 0.0
-        return dict(self.counters, draft_s=draft_s, preemptions=s.preemptions, reprefill_tokens=s.reprefill_tokens,
-                    prompt_tokens_computed=s.prompt_tokens_computed, output_tokens=s.output_tokens,
-                    spec_drafted=s.spec_drafted, spec_accepted=s.spec_accepted, spec_steps=s.spec_steps,
-                    spec_bonus=s.spec_bonus)
+        return dict(self.counters, draft_s=draft_s, **{k: delta[k] for k in (
+            "preemptions", "reprefill_tokens", "prompt_tokens_computed", "output_tokens", "spec_drafted",
+            "spec_accepted", "spec_steps", "spec_bonus")})

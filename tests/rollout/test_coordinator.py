@@ -129,3 +129,10 @@ def test_more_instances_than_the_machine_holds(tiny):
         RolloutCoordinator(tiny, RolloutConfig(instances=64, kv_cache_gb=8.0))
     with pytest.raises(ValueError, match="cores"):
         RolloutCoordinator(tiny, RolloutConfig(instances=64, backend="local", num_kv_blocks=16))
+
+
+def test_counters_are_per_rollout(tiny):
+    with coordinator(tiny, num_kv_blocks=24) as c:
+        first = c.rollout(groups(), policy="verl", progress=False).metrics
+        second = c.rollout(groups(), policy="divided", progress=False).metrics
+    assert first.preemptions > 0 and second.preemptions == 0 and second.reprefill_tokens == 0
