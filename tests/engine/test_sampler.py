@@ -1,0 +1,68 @@
+"""Sampling and lossless verification: statistical checks that speculation leaves the distribution unchanged."""
+
+import math
+
+import pytest
+import torch
+
+from seer.engine.sampler import RowSpec, Sampler
+
+V = 8
+CHI2_DF7_P001 = 24.32  # chi-square critical value, 7 degrees of freedom, p = 0.001
+
+
+def chi2(counts: list[int], probs: list[float]) -> float:
+    n = sum(counts)
+    return sum((c - n * p) ** 2 / (n * p) for c, p in zip(counts, probs))
+
+
+@pytest.fixture
+def logits() -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(4, V, generator=g) * 1.5  # rows: root, after draft 0, after draft 1, after draft 2
+
+
+@pytest.mark.parametrize("draft,parents", [([3], None), ([5, 1], None), ([2, 6, 0], [-1, -1, 0])])
+def test_verification_keeps_the_first_token_distribution(logits, draft, parents):
+    sampler = Sampler(seed=1)
+    row = RowSpec(temperature=1.0)
+    rows = logits[: len(draft) + 1]
+    p = torch.softmax(logits[0], -1).tolist()
+    counts = [0] * V
+    trials = 20000
+    for _ in range(trials):
+        tokens, _, _ = sampler.verify(rows, row, draft, parents)
+        counts[tokens[0]] += 1
+    assert chi2(counts, p) < CHI2_DF7_P001
+
+
+def test_verification_keeps_the_two_token_joint(logits):
+    """Chain draft [d0, d1]: the joint of the first two emitted tokens is p0(a) * p(b | a), where p(b | d0)
+    is row 1 and any other first token ends the step (its successor is not emitted this step)."""
+    sampler = Sampler(seed=2)
+    row = RowSpec(temperature=1.0)
+    d0 = int(torch.softmax(logits[0], -1).argmax())
+    p0 = torch.softmax(logits[0], -1)
+    p1 = torch.softmax(logits[1], -1)
+    counts = [0] * V
+    trials = 20000
+    for _ in range(trials):
+        tokens, _, _ = sampler.verify(logits[:3], row, [d0, 4], None)
+        if tokens[0] == d0:
+            counts[tokens[1]] += 1
+    n = sum(counts)
+    assert abs(n / trials - float(p0[d0])) < 4 * math.sqrt(p0[d0] * (1 - p0[d0]) / trials)
+    assert chi2(counts, p1.tolist()) < CHI2_DF7_P001
+
+
+def test_top_k_top_p_filtering_and_greedy(logits):
+    sampler = Sampler(seed=3)
+    rows = [RowSpec(0.0), RowSpec(1.0, top_k=1), RowSpec(1.0, top_p=1e-6)]
+    toks, _ = sampler.sample(logits[:1].repeat(3, 1), rows)
+    assert toks == [int(logits[0].argmax())] * 3
+
+
+def test_seeded_rows_do_not_depend_on_the_batch(logits):
+    a, _ = Sampler(seed=4).sample(logits[:1], [RowSpec(1.0, seed=11, position=5)])
+    b, _ = Sampler(seed=9).sample(logits[[2, 0]], [RowSpec(1.0), RowSpec(1.0, seed=11, position=5)])
+    assert a[0] == b[1]
