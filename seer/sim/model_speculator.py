@@ -1,0 +1,139 @@
+"""The draft server when only response lengths are known: acceptance from a fitted model of sibling references.
+
+Why: a length-only trace (or a preset) has no token streams to build suffix trees from, but the effect that
+makes grouped speculation work is still there: a request drafts well from siblings that have already written
+past its position. So this speculator tracks every request's progress per group, counts the references ahead of a
+request (``n`` = siblings whose generated length exceeds its own), and accepts drafts per token with the fitted
+probability ``alpha(n)`` (``acceptance.py``). Draft lengths come from the adaptive budget (``speculation.py``).
+At token quantum 1 acceptance is sampled draft token by draft token; at a coarse quantum one simulated step
+stands for many real verification steps, so the accepted count is the expected acceptance length, randomly
+rounded (unbiased). Seeded, so runs are reproducible.
+
+It plugs into ``ScheduledInstance`` through the same hooks as the engine's speculator (``track``,
+``before_schedule``, ``after_update``, ``forget``); ``SimInstance.execute`` asks ``accepted`` how many drafts the
+"target" accepts, since no model verifies them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections import defaultdict
+
+from seer.engine.request import Request
+from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
+from seer.sim.acceptance import AcceptanceModel, expected_accept_len
+from seer.sim.cost_model import CostModel
+from seer.sim.speculation import DraftClass, SimSpecConfig, allocate, apply_drafts, draft_limit
+
+
+class ModelSpeculator:
+    def __init__(self, config: SimSpecConfig, model: AcceptanceModel, cost: CostModel, quantum: int = 1) -> None:
+        self.config = config
+        self.model = model
+        self.cost = cost
+        self.quantum = quantum
+        self.rng = random.Random(config.seed)
+        self.progress: dict[str, int] = {}
+        self.group_progress: dict[str, list[int]] = defaultdict(list)   # sorted progress of observed members
+        self._alpha_at: dict[str, float] = {}
+        self._alpha_cache = [model.alpha(n) for n in range(256)]
+        self.drafted = 0
+        self.accepted_total = 0
+        self.draft_s = 0.0     # simulated drafting costs no host time worth reporting
+
+    # ------------------------------------------------------------------ engine speculator hooks
+    def track(self, req: Request) -> None:
+        """A request starts a chunk on some instance (its progress so far is already known)."""
+
+    def forget(self, request_id: str) -> None:
+        self._alpha_at.pop(request_id, None)
+
+    def before_schedule(self, scheduler: Scheduler) -> None:
+        """Give the decoding requests of this instance their drafts for the next step."""
+        gamma = self.config.gamma_max
+        cands: list[Request] = []
+        limits: list[int] = []
+        seqs, ctx = 0, 0.0
+        for req in scheduler.running:
+            if req.spec_token_ids:
+                req.spec_token_ids = []
+            if req.num_computed_tokens != req.num_tokens - 1:
+                continue  # still prefilling
+            seqs += 1
+            ctx += req.num_computed_tokens + 0.5
+            limit = draft_limit(req, gamma)
+            if limit > 0:
+                cands.append(req)
+                limits.append(limit)
+        if cands:
+            classes = self.classes(cands, limits)
+            allocate(classes, self.cost, self.quantum, seqs, ctx, self.config.draft_cost_s)
+            apply_drafts(classes)
+
+    def after_update(self, out: SchedulerOutput, results: dict[str, StepResult], reqs: dict[str, Request]) -> None:
+        """Record each emitting request's new progress (the scheduler has appended its tokens)."""
+        for rid, res in results.items():
+            if res.token_ids:
+                self._set_progress(reqs[rid])
+
+    # ------------------------------------------------------------------ acceptance
+    def refs_ahead(self, req: Request) -> int:
+        lst = self.group_progress.get(req.group_id or "")
+        if not lst:
+            return 0
+        return len(lst) - bisect.bisect_right(lst, req.num_output_tokens)
+
+    def _alpha(self, n: int) -> float:
+        return self._alpha_cache[n] if n < len(self._alpha_cache) else self.model.alpha(n)
+
+    def classes(self, reqs: list[Request], limits: list[int]) -> list[DraftClass]:
+        """Candidates grouped by (references ahead, probe, draft limit): equal gains ``alpha(n)^j``."""
+        by: dict[tuple[int, bool, int], DraftClass] = {}
+        for req, limit in zip(reqs, limits):
+            n = self.refs_ahead(req)
+            key = (n, req.probe, limit)
+            c = by.get(key)
+            if c is None:
+                a = self._alpha(n)
+                c = by[key] = DraftClass([a ** j for j in range(1, limit + 1)], [], 0.0, req.probe)
+            c.members.append(req)
+            c.context += req.num_computed_tokens + 0.5
+            self._alpha_at[req.request_id] = self._alpha(n)
+        return list(by.values())
+
+    def accepted(self, req: Request, num_spec: int) -> int:
+        """Drafts of ``req`` the target accepts this step (called by ``SimInstance.execute``)."""
+        alpha = self._alpha_at.get(req.request_id, 0.0)
+        num_spec = min(num_spec, draft_limit(req, num_spec))
+        if num_spec <= 0:
+            return 0
+        self.drafted += num_spec
+        if self.quantum == 1:
+            a = 0
+            while a < num_spec and self.rng.random() < alpha:
+                a += 1
+        else:
+            mean = expected_accept_len(alpha, num_spec)
+            whole = math.floor(mean)
+            a = min(num_spec, whole - 1 + (1 if self.rng.random() < mean - whole else 0))
+        self.accepted_total += a
+        return a
+
+    def _set_progress(self, req: Request) -> None:
+        rid = req.request_id
+        new = req.num_output_tokens
+        lst = self.group_progress[req.group_id or ""]
+        old = self.progress.get(rid)
+        if old is not None:
+            del lst[bisect.bisect_left(lst, old)]
+        bisect.insort(lst, new)
+        self.progress[rid] = new
+
+    def check_integrity(self) -> None:
+        assert 0 <= self.accepted_total <= self.drafted, "accepted more draft tokens than were drafted"
+        total = sum(len(v) for v in self.group_progress.values())
+        assert total == len(self.progress), "group progress lists and the progress table differ"
+        for lst in self.group_progress.values():
+            assert lst == sorted(lst), "group progress list out of order"

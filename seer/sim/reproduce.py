@@ -1,0 +1,90 @@
+"""The paper's results, predicted: every policy on every preset with the fitted baseline, next to the paper.
+
+Why a module: the reproduction table of the README must come from one command anyone can rerun
+(``python -m seer.sim.reproduce --json runs/sim/reproduce.json``), with the fitted unknowns of ``fitted.json``
+and nothing else adjusted. It reports simulated veRL against the paper's veRL (what was fitted), Seer's predicted
+speedup and tail reduction against the paper's (what was predicted), ``context`` against ``oracle`` (neither
+speculates), and the ablation ladder of the paper's Table 4 (divided, + context, + grouped speculation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from seer.sim.fitted import preset_setup
+from seer.sim.simulate import SimConfig, simulate
+from seer.sim.workloads import PRESETS
+
+POLICIES = ("verl", "divided", "context", "seer", "oracle")
+
+
+def reproduce_preset(name: str, config: SimConfig | None = None, progress: bool = False,
+                     plots_dir: str | None = None) -> dict:
+    workload, cluster, constants = preset_setup(name)
+    out = simulate(workload, POLICIES, cluster, constants, config or SimConfig(record=plots_dir is not None),
+                   progress=progress, plots_dir=plots_dir)
+    paper = PRESETS[name].paper
+    rows = out["policies"]
+    out["paper"] = {"verl_total_s": paper.verl_total_s, "verl_tail_s": paper.verl_tail_s,
+                    "verl_preemptions": paper.verl_preemptions, "seer_speedup": paper.seer_speedup,
+                    "seer_tail_reduction": paper.seer_tail_reduction}
+    out["prediction"] = {
+        "verl_total_err": rows["verl"]["makespan_s"] / paper.verl_total_s - 1,
+        "verl_tail_err": rows["verl"]["tail_s"] / paper.verl_tail_s - 1,
+        "seer_speedup_err": out["speedup_vs_verl"]["seer"] / paper.seer_speedup - 1,
+        "seer_tail_reduction_pts": out["tail_reduction_vs_verl"]["seer"] - paper.seer_tail_reduction,
+    }
+    if paper.verl_preemptions:
+        out["prediction"]["verl_preemptions_err"] = rows["verl"]["preemptions"] / paper.verl_preemptions - 1
+    return out
+
+
+def markdown(results: dict[str, dict]) -> str:
+    """The README tables: fit and prediction, then the ablation."""
+    lines = ["| workload | veRL total sim / paper | veRL tail sim / paper | preemptions sim / paper | "
+             "seer speedup sim / paper | seer tail cut sim / paper | context / oracle |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        v, p = r["policies"]["verl"], r["paper"]
+        pre = f"{v['preemptions']:,} / {p['verl_preemptions']:,}" if p["verl_preemptions"] else f"{v['preemptions']:,} / -"
+        lines.append(f"| {name} | {v['makespan_s']:,.0f} / {p['verl_total_s']:,.0f} s | {v['tail_s']:,.0f} / "
+                     f"{p['verl_tail_s']:,.0f} s | {pre} | {r['speedup_vs_verl']['seer']:.2f}x / "
+                     f"{p['seer_speedup']:.2f}x | -{100 * r['tail_reduction_vs_verl']['seer']:.0f}% / "
+                     f"-{100 * p['seer_tail_reduction']:.0f}% | {100 * r['context_vs_oracle']:.1f}% |")
+    lines += ["", "| workload | veRL | divided | + context | + grouped SD (seer) | oracle (no SD) |",
+              "|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        cells = []
+        for pol in POLICIES:
+            row = r["policies"][pol]
+            cells.append(f"{r['speedup_vs_verl'][pol]:.2f}x, tail {row['tail_s']:,.0f} s")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="predict the paper's results with the fitted baseline")
+    ap.add_argument("--workloads", default=",".join(PRESETS))
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--plots", default=None, help="directory: one subdirectory of PNGs per workload")
+    ap.add_argument("--quantum", type=int, default=0)
+    args = ap.parse_args(argv)
+    results = {}
+    for name in args.workloads.split(","):
+        plots = str(Path(args.plots) / name) if args.plots else None
+        results[name] = reproduce_preset(name, SimConfig(quantum=args.quantum, record=plots is not None),
+                                         progress=sys.stderr.isatty(), plots_dir=plots)
+        print(f"{name}: {json.dumps(results[name]['prediction'])}", flush=True)
+    print(markdown(results))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Run rollout policies on simulated instances and report them exactly like ``seer bench rollout``.
+
+Why one entry point: the simulator is only worth its numbers if it runs the same control plane as the engine
+(request buffer, orderings, dispatcher, scheduler, block manager, suffix trees) and measures with the same
+metric code. So ``run_policy`` builds ``SimInstance``s (the engine's scheduler priced by the cost model), hands
+them to the real ``RolloutDriver`` and keeps what the plots need (busy intervals, per-step running requests and
+KV use, finish times); ``simulate`` runs several policies on one workload and returns ``compare(...)``'s JSON
+plus a ``sim`` section (cluster, cost constants, token quantum, simulator speed in events/s).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from seer.rollout.context_scheduler import OrderingConfig
+from seer.rollout.driver import RolloutDriver, RolloutResult
+from seer.rollout.metrics import compare
+from seer.rollout.policies import RolloutPolicy, get_policy
+from seer.sim.acceptance import AcceptanceModel
+from seer.sim.cost_model import CostConstants, CostModel
+from seer.sim.model_speculator import ModelSpeculator
+from seer.sim.pool import SimKVPool
+from seer.sim.sim_instance import SimInstance, Timeline
+from seer.sim.speculation import SimSpecConfig
+from seer.sim.workloads import Cluster, Workload, default_quantum
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Engine and rollout settings shared by every policy of a run (real-token units)."""
+
+    quantum: int = 0                   # simulated token = this many real tokens; 0: pick (default_quantum)
+    chunk_tokens: int = 8192           # divided rollout chunk
+    block_size: int = 16
+    max_num_seqs: int = 1024           # veRL's vLLM rollout defaults
+    max_num_batched_tokens: int = 8192
+    enable_prefix_caching: bool = True
+    spec: SimSpecConfig = field(default_factory=SimSpecConfig)
+    acceptance: str = "auto"           # "replay" (suffix trees; token ids, quantum 1) or an acceptance model name
+    guard_every: int = 64
+    check: bool = False                # integrity checks after every step (tests)
+    record: bool = True                # per-step timelines for the plots
+
+    def __post_init__(self) -> None:
+        if self.quantum < 0 or self.chunk_tokens < 1 or self.block_size < 1:
+            raise ValueError("quantum must be >= 0, chunk_tokens and block_size >= 1")
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+
+
+@dataclass
+class PolicyRun:
+    policy: str
+    result: RolloutResult
+    busy: dict[int, list[tuple[float, float]]]
+    timelines: dict[int, Timeline]
+    wall_s: float
+    events: int
+    spec: dict | None = None
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def resolve_quantum(workload: Workload, config: SimConfig) -> int:
+    return config.quantum or default_quantum(workload)
+
+
+def _speculator(workload: Workload, config: SimConfig, quantum: int, cost: CostModel,
+                models: dict[str, AcceptanceModel]) -> Any:
+    """The engine's speculator over a draft server (token-id traces at quantum 1: real suffix trees, exact
+    acceptance), else a fitted acceptance model (``workload.acceptance``: the paper's for presets)."""
+    mode = config.acceptance
+    if mode == "auto":
+        mode = "replay" if quantum == 1 and workload.has_token_ids else workload.acceptance
+    if mode == "replay":
+        if quantum != 1 or not workload.has_token_ids:
+            raise ValueError("replayed speculation needs a token-id trace at token quantum 1")
+        from seer.engine.speculator import SpecConfig, Speculator
+        from seer.spec.draft_server import DraftServer, DraftServerConfig
+        from seer.spec.drafter import DrafterConfig
+        from seer.spec.policy import PolicyConfig, SpecPolicy, VerifyCostModel
+
+        gamma = config.spec.gamma_max
+        server = DraftServer(DraftServerConfig(drafter=DrafterConfig(gamma_max=gamma), keep_history=False))
+        policy = SpecPolicy(VerifyCostModel([1], [1], [[1.0]]), PolicyConfig(gamma_max=gamma))
+        return Speculator(server, policy, SpecConfig(gamma_max=gamma))
+    if mode not in models:
+        raise ValueError(f"unknown acceptance model {mode!r}; known: replay, {', '.join(models)}")
+    return ModelSpeculator(config.spec, models[mode], cost, quantum)
+
+
+def _instance_spec_stats(instances: Sequence[SimInstance]) -> dict:
+    drafted = sum(i.scheduler.stats.spec_drafted for i in instances)
+    accepted = sum(i.scheduler.stats.spec_accepted for i in instances)
+    bonus = sum(i.scheduler.stats.spec_bonus for i in instances)
+    steps = sum(i.scheduler.stats.spec_steps for i in instances)
+    return {"drafted": drafted, "accepted": accepted, "verification_steps": steps,
+            "tau": (accepted + bonus) / steps if steps else 0.0, "accept_rate": accepted / drafted if drafted else 0.0}
+
+
+def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster | None = None,
+               constants: CostConstants | None = None, config: SimConfig | None = None, *,
+               progress: bool = False, acceptance_models: dict[str, AcceptanceModel] | None = None) -> PolicyRun:
+    """One policy on one workload, in virtual time."""
+    policy = get_policy(policy) if isinstance(policy, str) else policy
+    cluster = cluster or workload.cluster
+    config = config or SimConfig()
+    q = resolve_quantum(workload, config)
+    cost = CostModel(cluster.instance, constants)
+    groups = workload.to_groups(q)
+    max_model_len = max(len(g.prompt_token_ids) for g in groups) + groups[0].params.max_tokens + 1
+    pool = SimKVPool()
+    spec = None
+    if policy.speculative:
+        from seer.sim.fitted import acceptance_models as fitted_models
+        spec = _speculator(workload, config, q, cost, acceptance_models or fitted_models())
+    instances = [SimInstance.build(i, cost, max_model_len=max_model_len, quantum=q, block_size=config.block_size,
+                                   max_num_seqs=config.max_num_seqs,
+                                   max_num_batched_tokens=config.max_num_batched_tokens,
+                                   enable_prefix_caching=config.enable_prefix_caching, pool=pool, speculator=spec,
+                                   record=config.record, check=config.check)
+                 for i in range(cluster.num_instances)]
+    chunk = max(1, -(-config.chunk_tokens // q))
+    bar = _progress_bar(policy.name, workload.num_requests) if progress else None
+    driver = RolloutDriver(policy, list(instances), groups, chunk_tokens=chunk,
+                           ordering_config=OrderingConfig(guard_every=config.guard_every),
+                           on_progress=_progress_hook(bar, config.check),
+                           draft_server=getattr(spec, "server", None))
+    for inst in instances:
+        inst.clock = lambda: driver.now
+    t0 = time.perf_counter()
+    try:
+        result = driver.run()
+    finally:
+        if bar is not None:
+            bar.close()
+    wall = time.perf_counter() - t0
+    driver.buffer.check_integrity()       # always at the end; after every step when config.check
+    for inst in instances:
+        inst.check_integrity()
+    timelines = {i.instance_id: i.timeline for i in instances if i.timeline is not None}
+    return PolicyRun(policy.name, result, driver.busy, timelines, wall, driver.counters["steps"],
+                     _instance_spec_stats(instances) if spec is not None else None)
+
+
+def _progress_bar(name: str, total: int):  # noqa: ANN202 - tqdm type is optional
+    from tqdm import tqdm
+    return tqdm(total=total, desc=f"simulate {name}", unit="resp", leave=False, mininterval=0.5)
+
+
+def _progress_hook(bar, check: bool):  # noqa: ANN001, ANN202
+    if bar is None and not check:
+        return None
+
+    def hook(driver: RolloutDriver) -> None:
+        if check:
+            driver.buffer.check_integrity()
+        if bar is not None:
+            done = driver.buffer.num_finished
+            if done != bar.n:
+                bar.update(done - bar.n)
+    return hook
+
+
+def report(runs: Sequence[PolicyRun], workload: Workload, cluster: Cluster, constants: CostConstants,
+           config: SimConfig) -> dict:
+    """``compare(...)``'s JSON (same keys as ``seer bench rollout``) plus a ``sim`` section."""
+    rows = {r.policy: r.result.metrics for r in runs}
+    baseline = "verl" if "verl" in rows else runs[0].policy
+    out = compare(rows, baseline=baseline)
+    for r in runs:
+        row = out["policies"][r.policy]
+        row["kv_budget_tokens"] = cluster.instance.kv_capacity_tokens
+        if r.spec is not None:
+            row["spec"] = r.spec
+    if "context" in rows and "oracle" in rows:
+        out["context_vs_oracle"] = rows["context"].throughput_tok_s / rows["oracle"].throughput_tok_s
+    q = resolve_quantum(workload, config)
+    out["sim"] = {"workload": workload.describe(), "cost": CostModel(cluster.instance, constants).describe(),
+                  "config": {**asdict(config), "quantum": q},
+                  "speed": {r.policy: {"wall_s": r.wall_s, "events": r.events, "events_per_s": r.events_per_s}
+                            for r in runs}}
+    return out
+
+
+def simulate(workload: Workload, policies: Sequence[str], cluster: Cluster | None = None,
+             constants: CostConstants | None = None, config: SimConfig | None = None, *, progress: bool = False,
+             plots_dir: str | None = None) -> dict:
+    """Run ``policies`` on ``workload``; returns the report (and writes PNG plots to ``plots_dir``)."""
+    if not policies:
+        raise ValueError("no policy to simulate")
+    cluster = cluster or workload.cluster
+    constants = constants or CostConstants()
+    config = config or SimConfig()
+    runs = [run_policy(workload, p, cluster, constants, config, progress=progress) for p in policies]
+    out = report(runs, workload, cluster, constants, config)
+    if plots_dir is not None:
+        from seer.sim.plots import write_plots
+        out["plots"] = write_plots(runs, plots_dir)
+    return out

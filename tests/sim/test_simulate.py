@@ -1,0 +1,55 @@
+"""simulate(): the rollout bench's JSON keys, plots, and the `seer simulate` verb with its errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from seer.cli.main import main
+from seer.rollout.metrics import REPORT_KEYS
+from seer.sim.simulate import SimConfig, simulate
+from tests.sim.helpers import small_workload
+
+
+def test_report_has_bench_keys_and_plots(tmp_path) -> None:  # noqa: ANN001
+    out = simulate(small_workload(), ["verl", "divided", "context", "seer", "oracle"],
+                   config=SimConfig(quantum=4, chunk_tokens=128), plots_dir=str(tmp_path / "plots"))
+    assert set(out) >= {"policies", "speedup_vs_verl", "tail_reduction_vs_verl", "context_vs_oracle", "sim"}
+    for row in out["policies"].values():
+        assert set(REPORT_KEYS) <= set(row) and len(row["idle_frac"]) == 2
+    assert out["speedup_vs_verl"]["verl"] == 1.0 and "tau" in out["policies"]["seer"]["spec"]
+    assert out["sim"]["config"]["quantum"] == 4 and out["sim"]["speed"]["verl"]["events"] > 0
+    for kind in ("timelines", "running", "kv_usage", "tail_cdf"):
+        assert (tmp_path / "plots" / f"{kind}.png").stat().st_size > 1000
+    json.dumps(out)
+
+
+def test_cli_trace_run(tmp_path, capsys) -> None:  # noqa: ANN001
+    path = tmp_path / "r.json"
+    rc = main(["simulate", "--trace", "data/castillo_sample.jsonl.gz", "--limit", "12", "--instances", "2",
+               "--policies", "verl,seer", "--json", str(path), "--no-progress"])
+    assert rc == 0
+    out = json.loads(path.read_text())
+    assert set(out["policies"]) == {"verl", "seer"}
+    assert "makespan" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--workload", "nope"], "unknown workload 'nope'"),
+    (["--workload", "moonlight", "--trace", "x.jsonl"], "exactly one of"),
+    (["--trace", "missing.jsonl"], "not found"),
+    (["--workload", "moonlight", "--policies", "fast"], "unknown policy 'fast'"),
+    (["--workload", "moonlight", "--instances", "0"], "--instances must be >= 1"),
+])
+def test_cli_errors(argv, msg, capsys) -> None:  # noqa: ANN001
+    assert main(["simulate", "--no-progress", *argv]) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_cli_calibrate(tmp_path, capsys) -> None:  # noqa: ANN001
+    from tests.sim.test_calibrate import synthetic, write
+    path = write(tmp_path, synthetic(60))
+    assert main(["simulate", "--calibrate", path, "--json", str(tmp_path / "c.json")]) == 0
+    rep = json.loads((tmp_path / "c.json").read_text())
+    assert rep["heldout_mape"] < 0.1 and "held-out" in capsys.readouterr().out
