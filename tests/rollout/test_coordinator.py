@@ -99,7 +99,7 @@ def test_process_backend_matches_inprocess(tiny, reference, policy):
 def test_process_backend_survives_a_killed_instance(tiny, reference):
     groups_ = groups(n=4, g=4, max_tokens=24)
     with coordinator(tiny, backend="local") as c:
-        out = c.rollout(groups_, policy="context", progress=False, fault=FaultPlan(1, at_s=0.05))
+        out = c.rollout(groups_, policy="context", progress=False, fault=FaultPlan(1, at_s=0.0))
     res = out.result
     assert res.stats.get("failed_instances") == 1
     assert [len(v) for v in res.groups().values()] == [4] * 4
