@@ -25,10 +25,10 @@ demo: install
 		--out runs/demo/rollouts.jsonl --json runs/demo/report.json
 
 test: install
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests
 
 test-fast: install
-	$(PY) -m pytest tests -q -m "not slow"
+	$(PY) -m pytest tests -m "not slow"
 
 bench-engine: install
 	$(VENV)/bin/seer bench engine --peer hf,vllm --json runs/bench/engine.json
