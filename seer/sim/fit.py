@@ -14,7 +14,9 @@ How, per preset (targets: the paper's veRL total and tail time, and for qwen2vl-
    step durations: one run at zero overhead gives every response's finish time as ``f0 + q * overhead * steps``.
    The overhead that makes the total match is then solved exactly, without rerunning (``BaselineProbe``).
 3. The mismatch is the squared tail and preemption errors in units of the issue's tolerances (15%, 25%); a
-   point whose roofline alone is slower than the paper's total (negative overhead) is infeasible. qwen2vl-72b:
+   point whose roofline alone is slower than the paper's total (negative overhead) is infeasible; a weak prior
+   toward the spread of log length measured on the traces breaks ties the baseline cannot (kimi-k2's tail is
+   matched by a narrow and by a very wide spread alike). qwen2vl-72b:
    a 4 x 4 grid over (KV fraction, spread) in log space, then a compass search around the best point.
 4. moonlight, kimi-k2 (no preemption figure published): the KV budget keeps qwen2vl-72b's fitted pressure, the
    same ratio of KV capacity to the tokens an instance's even share generates (capped by memory); the spread is
@@ -37,6 +39,7 @@ from seer.sim.workloads import PRESETS, Cluster, PaperTargets, Workload, preset_
 SIGMA_RANGE = (0.3, 2.0)
 KV_RANGE = (0.15, 1.0)
 TAIL_TOL, PREEMPT_TOL = 0.15, 0.25   # the issue's tolerances: errors are measured in these units
+PRIOR_WEIGHT = 0.25                  # pull of the traces' spread of log length (see ``mismatch``)
 
 
 @dataclass(frozen=True)
@@ -111,16 +114,18 @@ def probe(name: str, kv_fraction: float, sigma: float, icc: float, seed: int, lo
     return p, workload, cluster
 
 
-def mismatch(p: BaselineProbe, target: PaperTargets) -> float:
+def mismatch(p: BaselineProbe, target: PaperTargets, sigma: float, sigma_prior: float) -> float:
     """Squared errors in units of the tolerances (total is matched exactly by the overhead): tail 15%,
-    preemptions 25%; infinite when the roofline alone is slower than the paper's total (negative overhead)."""
+    preemptions 25%; infinite when the roofline alone is slower than the paper's total (negative overhead).
+    A weak prior ``PRIOR_WEIGHT * ln(sigma / sigma_prior)^2`` toward the spread measured on the real traces
+    decides between spreads the baseline cannot tell apart (the tail is not monotone in the spread)."""
     if p.total_tail(0.0)[0] > target.verl_total_s:
         return float("inf")
     tail = p.total_tail(p.overhead_for_total(target.verl_total_s))[1]
-    err = ((tail / target.verl_tail_s - 1) / TAIL_TOL) ** 2
+    err = ((tail / target.verl_tail_s - 1) / TAIL_TOL) ** 2 + PRIOR_WEIGHT * np.log(sigma / sigma_prior) ** 2
     if target.verl_preemptions:
         err += ((p.preemptions / target.verl_preemptions - 1) / PREEMPT_TOL) ** 2
-    return err
+    return float(err)
 
 
 def pattern_search(fn: Callable[[tuple[float, ...]], float], grid: list[tuple[float, ...]],
@@ -159,7 +164,8 @@ def pattern_search(fn: Callable[[tuple[float, ...]], float], grid: list[tuple[fl
 
 
 def fit_preset(name: str, icc: float, kv_fraction: float | None = None, seed: int = 0,
-               config: SimConfig | None = None, verbose: bool = False, refine: int = 8) -> dict:
+               config: SimConfig | None = None, verbose: bool = False, refine: int = 8,
+               sigma_prior: float = 0.67) -> dict:
     """Fit (kv_fraction unless given, sigma, step overhead) of one preset; returns its fitted.json record."""
     target = PRESETS[name].paper
     log = FitLog(verbose=verbose)
@@ -170,8 +176,9 @@ def fit_preset(name: str, icc: float, kv_fraction: float | None = None, seed: in
     sb = (float(np.log(SIGMA_RANGE[0])), float(np.log(SIGMA_RANGE[1])))
     if kv_fraction is None:
         def obj2(x: tuple[float, ...]) -> float:
-            return mismatch(probe(name, float(np.exp(x[0])), float(np.exp(x[1])), icc, seed, log, config)[0],
-                            target)
+            sigma = float(np.exp(x[1]))
+            return mismatch(probe(name, float(np.exp(x[0])), sigma, icc, seed, log, config)[0], target, sigma,
+                            sigma_prior)
         grid = [(k, s) for k in lk for s in ls[1:]]
         kb = (float(np.log(KV_RANGE[0])), float(np.log(KV_RANGE[1])))
         x = pattern_search(obj2, grid, [kb, sb], [(lk[1] - lk[0]) / 2, step_s], refine)
@@ -180,7 +187,8 @@ def fit_preset(name: str, icc: float, kv_fraction: float | None = None, seed: in
         kv = kv_fraction
 
         def obj1(x: tuple[float, ...]) -> float:
-            return mismatch(probe(name, kv, float(np.exp(x[0])), icc, seed, log, config)[0], target)
+            sigma = float(np.exp(x[0]))
+            return mismatch(probe(name, kv, sigma, icc, seed, log, config)[0], target, sigma, sigma_prior)
         x = pattern_search(obj1, [(v,) for v in ls], [sb], [step_s], refine // 2)
         sigma = float(np.exp(x[0]))
     p, workload, cluster = probe(name, kv, sigma, icc, seed, log, config)
@@ -192,7 +200,7 @@ def fit_preset(name: str, icc: float, kv_fraction: float | None = None, seed: in
                            "preemptions": target.verl_preemptions},
             "kv_tokens_per_instance": cluster.instance.kv_capacity_tokens,
             "kv_share_ratio": cluster.instance.kv_capacity_tokens / (workload.total_tokens / cluster.num_instances),
-            "quantum": p.quantum, "seed": seed, "icc": icc, "fit_runs": log.runs,
+            "quantum": p.quantum, "seed": seed, "icc": icc, "sigma_prior": sigma_prior, "fit_runs": log.runs,
             "fit_wall_s": round(time.perf_counter() - t0, 1)}
 
 
@@ -217,6 +225,7 @@ def fit_presets(names: Iterable[str] | None = None, progress: bool = True, seed:
     if "acceptance" not in record:
         record["acceptance"] = measure_acceptance()
     icc = float(record["length_icc"]["value"])
+    prior = float(record["length_icc"]["sigma_total"])
     names = list(names or PRESETS)
     order = sorted(names, key=lambda n: 0 if PRESETS[n].paper.verl_preemptions else 1)
     presets = record.setdefault("presets", {})
@@ -224,14 +233,14 @@ def fit_presets(names: Iterable[str] | None = None, progress: bool = True, seed:
         if progress:
             print(f"fitting {name} ...", flush=True)
         if PRESETS[name].paper.verl_preemptions:
-            presets[name] = fit_preset(name, icc, seed=seed, verbose=progress)
+            presets[name] = fit_preset(name, icc, seed=seed, verbose=progress, sigma_prior=prior)
         else:
             ref_name = next((n for n in presets if PRESETS[n].paper.verl_preemptions), None)
             if ref_name is None:
                 raise ValueError("fit a preset with a published preemption count (qwen2vl-72b) first")
             ratio = presets[ref_name]["kv_share_ratio"]
             kv = kv_fraction_for_ratio(name, ratio, 1.0, icc, seed)
-            presets[name] = fit_preset(name, icc, kv_fraction=kv, seed=seed, verbose=progress)
+            presets[name] = fit_preset(name, icc, kv_fraction=kv, seed=seed, verbose=progress, sigma_prior=prior)
             presets[name]["kv_rule"] = f"kv_share_ratio of {ref_name}: {ratio:.4f}"
         if progress:
             print(json.dumps({name: {k: presets[name][k] for k in ("params", "achieved_verl")}}), flush=True)
@@ -255,8 +264,8 @@ def measure_icc() -> dict:
     math = trace_icc(load_trace(root / "data" / "math_cot_groups.jsonl"))
     return {"value": cas["icc"], "source": f"{castillo.name}: {cas['groups']} groups in {cas['strata']} "
                                            f"(dataset, model) strata, one-way ANOVA ICC(1) of log length",
-            "sigma_within": cas["sigma_within"], "math_cot_icc": math["icc"],
-            "math_cot_sigma_within": math["sigma_within"]}
+            "sigma_within": cas["sigma_within"], "sigma_total": cas["sigma_total"], "math_cot_icc": math["icc"],
+            "math_cot_sigma_within": math["sigma_within"], "math_cot_sigma_total": math["sigma_total"]}
 
 
 def measure_acceptance() -> dict:

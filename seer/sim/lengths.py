@@ -40,25 +40,28 @@ def _log_lengths(groups: Sequence[TraceGroup]) -> np.ndarray:
 def trace_icc(groups: Sequence[TraceGroup], stratum: Callable[[TraceGroup], Hashable] | None = None,
               min_groups: int = 50) -> dict[str, float]:
     """ICC of log length, weighted over strata of at least ``min_groups`` groups (one stratum if ``stratum`` is
-    None), and the pooled within-group log-sd."""
+    None), the pooled within-group log-sd and the pooled total log-sd."""
     if not groups:
         raise ValueError("no groups to measure")
     by: dict[Hashable, list[TraceGroup]] = defaultdict(list)
     for g in groups:
         by[stratum(g) if stratum else 0].append(g)
-    iccs, weights, msws = [], [], []
+    iccs, weights, msws, tvars = [], [], [], []
     for members in by.values():
         if len(members) < (min_groups if stratum else 2):
             continue
-        icc, _, msw = icc_anova(_log_lengths(members))
+        logs = _log_lengths(members)
+        icc, _, msw = icc_anova(logs)
         iccs.append(icc)
         weights.append(len(members))
         msws.append(msw)
+        tvars.append(float(logs.var()))
     if not weights:
         raise ValueError(f"no stratum has {min_groups} groups")
     w = np.array(weights, dtype=float)
     return {"icc": float(np.dot(iccs, w) / w.sum()), "sigma_within": float(np.sqrt(np.dot(msws, w) / w.sum())),
-            "groups": int(w.sum()), "strata": len(weights)}
+            "sigma_total": float(np.sqrt(np.dot(tvars, w) / w.sum())), "groups": int(w.sum()),
+            "strata": len(weights)}
 
 
 @dataclass(frozen=True)

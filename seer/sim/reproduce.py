@@ -50,7 +50,8 @@ def markdown(results: dict[str, dict]) -> str:
              "|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         v, p = r["policies"]["verl"], r["paper"]
-        pre = f"{v['preemptions']:,} / {p['verl_preemptions']:,}" if p["verl_preemptions"] else f"{v['preemptions']:,} / -"
+        paper_pre = f"{p['verl_preemptions']:,}" if p["verl_preemptions"] else "-"
+        pre = f"{v['preemptions']:,} / {paper_pre}"
         lines.append(f"| {name} | {v['makespan_s']:,.0f} / {p['verl_total_s']:,.0f} s | {v['tail_s']:,.0f} / "
                      f"{p['verl_tail_s']:,.0f} s | {pre} | {r['speedup_vs_verl']['seer']:.2f}x / "
                      f"{p['seer_speedup']:.2f}x | -{100 * r['tail_reduction_vs_verl']['seer']:.0f}% / "

@@ -108,7 +108,8 @@ class SimInstance(ScheduledInstance):
         self._local_now = start + rep.duration_s
         if self.timeline is not None:
             bm = self.scheduler.block_manager
-            self.timeline.add(start, rep.duration_s, len(self.scheduler.running), 1.0 - bm.num_free_blocks / bm.num_blocks)
+            used = 1.0 - bm.num_free_blocks / bm.num_blocks
+            self.timeline.add(start, rep.duration_s, len(self.scheduler.running), used)
         if self.check:
             self.check_integrity()
         return rep

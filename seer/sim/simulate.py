@@ -5,7 +5,8 @@ Why one entry point: the simulator is only worth its numbers if it runs the same
 metric code. So ``run_policy`` builds ``SimInstance``s (the engine's scheduler priced by the cost model), hands
 them to the real ``RolloutDriver`` and keeps what the plots need (busy intervals, per-step running requests and
 KV use, finish times); ``simulate`` runs several policies on one workload and returns ``compare(...)``'s JSON
-plus a ``sim`` section (cluster, cost constants, token quantum, simulator speed in events/s).
+plus a ``sim`` section (cluster, cost constants, token quantum, simulator speed: events = instance steps
+processed by the discrete-event loop, and sequence-steps = scheduled requests over all those steps).
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ class PolicyRun:
     @property
     def events_per_s(self) -> float:
         return self.events / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def seq_steps(self) -> int:
+        """Sequence-steps simulated: one per scheduled request per instance step (each stands for q tokens)."""
+        return sum(len(step) for steps in self.result.decisions.values() for step in steps)
 
 
 def resolve_quantum(workload: Workload, config: SimConfig) -> int:
@@ -182,7 +188,9 @@ def report(runs: Sequence[PolicyRun], workload: Workload, cluster: Cluster, cons
     q = resolve_quantum(workload, config)
     out["sim"] = {"workload": workload.describe(), "cost": CostModel(cluster.instance, constants).describe(),
                   "config": {**asdict(config), "quantum": q},
-                  "speed": {r.policy: {"wall_s": r.wall_s, "events": r.events, "events_per_s": r.events_per_s}
+                  "speed": {r.policy: {"wall_s": r.wall_s, "events": r.events, "events_per_s": r.events_per_s,
+                                       "seq_steps": r.seq_steps,
+                                       "seq_steps_per_s": r.seq_steps / r.wall_s if r.wall_s > 0 else 0.0}
                             for r in runs}}
     return out
 

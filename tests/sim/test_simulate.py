@@ -53,3 +53,12 @@ def test_cli_calibrate(tmp_path, capsys) -> None:  # noqa: ANN001
     assert main(["simulate", "--calibrate", path, "--json", str(tmp_path / "c.json")]) == 0
     rep = json.loads((tmp_path / "c.json").read_text())
     assert rep["heldout_mape"] < 0.1 and "held-out" in capsys.readouterr().out
+
+
+def test_reproduction_table_renders() -> None:
+    from seer.sim.reproduce import POLICIES, markdown
+    out = simulate(small_workload(groups=4), POLICIES, config=SimConfig(quantum=8, chunk_tokens=128, record=False))
+    out["paper"] = {"verl_total_s": 1.0, "verl_tail_s": 1.0, "verl_preemptions": None, "seer_speedup": 1.5,
+                    "seer_tail_reduction": 0.8}
+    table = markdown({"small": out})
+    assert table.count("| small |") == 2 and "x / 1.50x" in table

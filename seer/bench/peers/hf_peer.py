@@ -148,7 +148,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     cases = list(job.get("cases", ["fixed", "sampled"]))
     batch_size = int(job.get("batch_size", BATCH_SIZE))
     load_start = os.getloadavg()[0]
-    with TreeMemorySampler(interval_s=float(job.get("memory_interval_s", 0.2))) as sampler:
+    with TreeMemorySampler(interval_s=float(job.get("memory_interval_s", 0.5))) as sampler:
         start = time.perf_counter()
         torch, model = load_model(job)
         run_batch(torch, model, [list(range(100, 132))], 0, {"max_new_tokens": 4, "do_sample": False})  # warm-up

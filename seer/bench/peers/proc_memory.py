@@ -8,6 +8,11 @@ descendant. We poll the tree and keep two peaks:
 - pss: the sum of PSS (each shared page split among its sharers; the fairest single figure for a tree).
 For a single process (Seer, the HF peer) the two differ only by pages shared with other processes.
 
+The sampler must not perturb what it measures on a 2-core box: RSS comes from /proc/PID/statm (microseconds),
+the tree is re-scanned every couple of seconds, and PSS, which needs /proc/PID/smaps_rollup (tens of ms for a
+multi-GB process: the kernel walks its page tables), is read only every `pss_interval_s` and at window edges.
+Measured: polling smaps_rollup of a vLLM tree five times a second took ~60% of a core.
+
 This file imports only the standard library: the vLLM peer script, which runs in another venv, imports it by
 file name from its own directory.
 """
@@ -16,10 +21,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 _PROC = Path("/proc")
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 @dataclass
@@ -61,28 +68,23 @@ def tree_pids(root: int) -> list[int]:
     return pids
 
 
-def rss_pss_kb(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) of one process in KiB from smaps_rollup; (0, 0) if it is gone or unreadable."""
-    rss = pss = 0
+def rss_kb(pid: int) -> int:
+    """Resident set size of one process in KiB (cheap: /proc/PID/statm); 0 if it is gone."""
+    try:
+        return int((_PROC / str(pid) / "statm").read_text().split()[1]) * _PAGE_KB
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def pss_kb(pid: int) -> int:
+    """Proportional set size of one process in KiB (costly: smaps_rollup); 0 if it is gone or unreadable."""
     try:
         for line in (_PROC / str(pid) / "smaps_rollup").read_text().splitlines():
-            if line.startswith("Rss:"):
-                rss = int(line.split()[1])
-            elif line.startswith("Pss:"):
-                pss = int(line.split()[1])
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
     except (OSError, ValueError, IndexError):
-        return 0, 0
-    return rss, pss
-
-
-def tree_memory_mb(root: int) -> tuple[float, float]:
-    """Current (RSS sum, PSS sum) of the tree under `root`, in MiB."""
-    rss = pss = 0
-    for pid in tree_pids(root):
-        r, p = rss_pss_kb(pid)
-        rss += r
-        pss += p
-    return rss / 1024.0, pss / 1024.0
+        return 0
+    return 0
 
 
 class TreeMemorySampler:
@@ -92,24 +94,35 @@ class TreeMemorySampler:
     peaks of the window it closes.
     """
 
-    def __init__(self, root_pid: int | None = None, interval_s: float = 0.2) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s}")
+    def __init__(self, root_pid: int | None = None, interval_s: float = 0.5, pss_interval_s: float = 10.0,
+                 rescan_interval_s: float = 2.0) -> None:
+        if min(interval_s, pss_interval_s, rescan_interval_s) <= 0:
+            raise ValueError("sampling intervals must be positive")
         self.root_pid = os.getpid() if root_pid is None else root_pid
         self.interval_s = interval_s
+        self.pss_interval_s = pss_interval_s
+        self.rescan_interval_s = rescan_interval_s
+        self._pids: list[int] = []
+        self._last_scan = self._last_pss = float("-inf")
         self._peak = MemoryPeak()
         self._overall = MemoryPeak()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def sample(self) -> None:
-        """Take one sample now and fold it into the peaks."""
-        rss, pss = tree_memory_mb(self.root_pid)
+    def sample(self, with_pss: bool | None = None) -> None:
+        """Take one sample now (PSS too when due, or when `with_pss`) and fold it into the peaks."""
+        now = time.monotonic()
+        if now - self._last_scan >= self.rescan_interval_s or with_pss:
+            self._pids, self._last_scan = tree_pids(self.root_pid), now
+        rss = sum(rss_kb(p) for p in self._pids) / 1024.0
+        pss = None
+        if with_pss or (with_pss is None and now - self._last_pss >= self.pss_interval_s):
+            pss, self._last_pss = sum(pss_kb(p) for p in self._pids) / 1024.0, now
         with self._lock:
             for peak in (self._peak, self._overall):
                 peak.rss_mb = max(peak.rss_mb, rss)
-                peak.pss_mb = max(peak.pss_mb, pss)
+                peak.pss_mb = max(peak.pss_mb, pss) if pss is not None else peak.pss_mb
                 peak.samples += 1
 
     def _run(self) -> None:
@@ -119,7 +132,7 @@ class TreeMemorySampler:
     def start(self) -> "TreeMemorySampler":
         if self._thread is not None:
             raise RuntimeError("sampler already started")
-        self.sample()
+        self.sample(with_pss=True)
         self._thread = threading.Thread(target=self._run, name="tree-memory-sampler", daemon=True)
         self._thread.start()
         return self
@@ -129,12 +142,12 @@ class TreeMemorySampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.sample()
+        self.sample(with_pss=True)
         return self.overall
 
     def reset(self) -> MemoryPeak:
-        """Close the current window: return its peaks and start a new one."""
-        self.sample()
+        """Close the current window (with a last full sample): return its peaks and start a new one."""
+        self.sample(with_pss=True)
         with self._lock:
             closed, self._peak = self._peak, MemoryPeak()
         return closed

