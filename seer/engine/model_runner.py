@@ -141,7 +141,8 @@ class ModelRunner:
                 row += 1
         if plain:
             specs = [self._row_spec(reqs[c.request_id]) for c in plain]
-            toks, lps = self.sampler.sample(logits[plain_rows], specs)
+            rows = logits if len(plain_rows) == logits.shape[0] else logits[plain_rows]  # no copy when all plain
+            toks, lps = self.sampler.sample(rows, specs)
             for c, t, lp in zip(plain, toks, lps):
                 results[c.request_id] = StepResult([t], [lp], 0)
         for c, r0 in spec_rows:
