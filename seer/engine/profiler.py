@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 
 from seer.engine.llm_engine import LLMEngine
+from seer.models.attn_kernel import _SOURCE as KERNEL_SOURCE
+from seer.models.attn_kernel import kernel_available
 from seer.sampling_params import SamplingParams
 from seer.spec.policy import VerifyCostModel
 
@@ -24,10 +26,19 @@ BATCH_SIZES = (1, 4, 16, 64)
 TOKENS_PER_SEQ = (1, 2, 3, 5, 9)
 
 
+def _kernel_source_hash() -> str | None:
+    """Identifies the attention kernel build in use (None: the PyTorch path)."""
+    if not kernel_available():
+        return None
+    return hashlib.sha256(KERNEL_SOURCE.read_bytes()).hexdigest()[:16]
+
+
 def _cache_path(engine: LLMEngine, context: int, cache_dir: Path) -> Path:
     cfg = engine.config
+    # the code paths a step takes (packed linears, attention kernel) change its cost, so they are in the key
+    paths = sorted({type(m).__name__ for m in engine.model.modules()})
     key = json.dumps([str(Path(cfg.model).resolve()), cfg.dtype, cfg.device, torch.get_num_threads(), context,
-                      BATCH_SIZES, TOKENS_PER_SEQ])
+                      BATCH_SIZES, TOKENS_PER_SEQ, paths, _kernel_source_hash()])
     return cache_dir / f"verify-cost-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
