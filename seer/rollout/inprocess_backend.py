@@ -10,7 +10,7 @@ from tqdm.auto import tqdm
 from seer.engine.config import EngineConfig
 from seer.engine.llm_engine import LLMEngine
 from seer.engine.speculator import Speculator
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutResult
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult
 from seer.rollout.engine_instance import EngineInstance
 from seer.rollout.kv_pool import KVPool
 from seer.rollout.policies import RolloutPolicy
@@ -49,7 +49,7 @@ class InProcessBackend:
                            if spec.adaptive else None, spec) for _ in self.engines], server
 
     def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
-            fault: FaultPlan | None) -> RolloutResult:
+            fault: FaultPlan | None, listener: RolloutListener | None = None) -> RolloutResult:
         specs, server = self._speculators(policy)
         instances = [EngineInstance(i, e, self.pool, s) for i, (e, s) in enumerate(zip(self.engines, specs))]
         total = sum(g.size for g in groups)
@@ -63,11 +63,13 @@ class InProcessBackend:
                                 queued=driver.buffer.num_buffered)
 
             driver = RolloutDriver(policy, instances, groups, chunk_tokens, draft_headroom=headroom,
-                                   on_progress=on_progress, fault=fault, draft_server=server)
+                                   on_progress=on_progress, fault=fault, draft_server=server, listener=listener)
             result = driver.run()
         for inst in instances:
             for rid in inst.resident():
                 inst.release(rid)
+        for rid in driver.aborted:
+            self.pool.drop(rid)  # KV an aborted request had parked in the pool
         if server is not None:
             spec = server.metrics.as_dict()
             spec.pop("per_group", None)

@@ -15,7 +15,7 @@ import signal
 import time
 from multiprocessing.connection import wait
 
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutResult, RolloutStalled
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled
 from seer.rollout.file_pool import FileKVPool
 from seer.rollout.instance import ChunkStart
 from seer.rollout.policies import RolloutPolicy
@@ -155,7 +155,7 @@ class ProcessBackend:
 
     # ------------------------------------------------------------------ live rollout
     def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
-            fault: FaultPlan | None) -> RolloutResult:
+            fault: FaultPlan | None, listener: RolloutListener | None = None) -> RolloutResult:
         from tqdm.auto import tqdm
 
         self._spawn(policy)
@@ -164,7 +164,7 @@ class ProcessBackend:
         bar = tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
                    unit="resp")
         driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens, draft_headroom=headroom,
-                               draft_server=BroadcastDrafts(proxies) if policy.speculative else None)
+                               draft_server=BroadcastDrafts(proxies) if policy.speculative else None, listener=listener)
         if policy.speculative:
             prompts = {str(sp.group_id): sp.prompt_token_ids for sp in driver.specs.values()}
             for p in proxies.values():
@@ -195,6 +195,8 @@ class ProcessBackend:
             for rid in p.resident():
                 if p.proc.is_alive():
                     p.release(rid)
+        for rid in driver.aborted:
+            self.pool.drop(rid)  # KV an aborted request had parked in the pool
         return driver.result()
 
     def _collect(self, proxies: dict[int, WorkerProxy], timeout: float) -> list[tuple[int, tuple]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutResult, RolloutStalled
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled
 from seer.rollout.instance import ChunkStart
 from seer.rollout.kv_pool import KVPool, PoolStats
 from seer.rollout.policies import RolloutPolicy
@@ -194,7 +194,7 @@ class RayBackend:
         pass
 
     def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
-            fault: FaultPlan | None) -> RolloutResult:
+            fault: FaultPlan | None, listener: RolloutListener | None = None) -> RolloutResult:
         from tqdm.auto import tqdm
 
         ray = self.ray
@@ -202,7 +202,7 @@ class RayBackend:
         proxies = dict(self.proxies)
         headroom = self.config.spec.gamma_max if policy.speculative else 0
         driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens, draft_headroom=headroom,
-                               draft_server=_ActorDrafts(proxies) if policy.speculative else None)
+                               draft_server=_ActorDrafts(proxies) if policy.speculative else None, listener=listener)
         if policy.speculative:
             prompts = [(str(sp.group_id), sp.prompt_token_ids) for sp in driver.specs.values()]
             ray.get([p.actor.register.remote(prompts) for p in proxies.values()], timeout=CALL_TIMEOUT_S)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from seer.rollout.context_scheduler import Ordering, OrderingConfig, make_ordering
 from seer.rollout.types import (
+    FINISH_ABORT,
     FINISH_LENGTH,
     FINISH_STOP,
     Assignment,
@@ -293,6 +294,22 @@ class RequestBuffer:
             req.kv_tokens = req.context_len if kv_tokens is None else kv_tokens
             self._buffered[request_id] = req
             self.ordering.push(req, group)
+        return req
+
+    def abort(self, request_id: int) -> RolloutRequest:
+        """Finish a buffered request now with reason `abort` (a client went away). It leaves the ordering;
+        the caller frees whatever KV it still held (read `kv_instance` / `kv_in_pool` before calling)."""
+        req = self._buffered.pop(request_id, None)
+        if req is None:
+            raise ValueError(f"request {request_id} is not buffered")
+        self.ordering.remove(req)
+        req.state = RequestState.FINISHED
+        req.finish_reason = FINISH_ABORT
+        req.kv_instance, req.kv_in_pool, req.kv_tokens = None, False, 0
+        self._finished.add(request_id)
+        group = self.groups[req.group_id]
+        group.finished_lengths.append(req.generated)
+        self.ordering.on_group_update(group)
         return req
 
     # ---- queries --------------------------------------------------------------------------------------

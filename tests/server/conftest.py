@@ -1,0 +1,89 @@
+"""Fixtures of the HTTP server tests: one tiny random-weight model with a character-level tokenizer and chat
+template (no downloads), a coordinator over two in-process instances, and servers on loopback ports.
+
+Everything runs on CPU in float32 (so greedy results do not depend on batch composition) with one torch
+thread: the model is tiny, and spare threads only spin on a shared 2-core machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from seer.engine.speculator import SpecConfig
+from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
+from tests.models.helpers import make_tiny_model_dir
+
+MODEL_NAME = "tiny"
+
+
+@pytest.fixture(scope="package", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model_dir(tmp_path_factory.mktemp("server-model"), family="qwen2", seed=3,
+                               max_position_embeddings=1024)
+
+
+def make_coordinator(model: Path, **overrides: object) -> RolloutCoordinator:
+    cfg: dict = dict(policy="context", instances=2, dtype="float32", block_size=4, num_kv_blocks=1024,
+                     chunk_tokens=8, threads_per_instance=1, spec=SpecConfig(adaptive=False))
+    cfg.update(overrides)
+    return RolloutCoordinator(model, RolloutConfig(**cfg))
+
+
+@pytest.fixture(scope="package")
+def coordinator(tiny_model: Path) -> Iterator[RolloutCoordinator]:
+    with make_coordinator(tiny_model) as c:
+        yield c
+
+
+@pytest.fixture(scope="package")
+def reference_llm(tiny_model: Path):
+    """The in-process API on its own engine: what greedy results over HTTP must equal."""
+    from seer import LLM
+
+    return LLM(tiny_model, dtype="float32", block_size=4, num_kv_blocks=1024, num_threads=1)
+
+
+def start_server(coordinator: RolloutCoordinator, **config: object):
+    from seer.server.app import create_app
+    from seer.server.config import ServerConfig
+    from seer.server.serving import ServerThread
+
+    cfg: dict = dict(model_name=MODEL_NAME, chunk_tokens=8)
+    cfg.update(config)
+    app = create_app(coordinator, ServerConfig(**cfg))
+    return ServerThread(app, app.state.seer.batcher).start()
+
+
+@pytest.fixture(scope="package")
+def server(coordinator: RolloutCoordinator):
+    """A shared server; tests that change or stop it make their own."""
+    handle = start_server(coordinator)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture()
+def state(server):
+    return server.server.config.app.state.seer
+
+
+def check_engines_clean(coordinator: RolloutCoordinator) -> None:
+    """No request left in any engine, every KV block free, nothing parked in the pool."""
+    for engine in coordinator.backend.engines:
+        engine.scheduler.check_integrity()
+        assert not engine.scheduler.requests, f"requests left: {list(engine.scheduler.requests)}"
+        assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    coordinator.pool.check_integrity()
+    assert coordinator.pool.stats().entries == 0
