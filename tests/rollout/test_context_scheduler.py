@@ -1,10 +1,18 @@
-"""Orderings: probes first (shortest generated first), longest estimate first, guard, oracle, fifo."""
+"""Orderings: probes first (shortest generated first), longest estimated remaining first, guard, oracle, fifo."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from seer.rollout.context_scheduler import ORDERINGS, OrderingConfig, make_ordering
+from seer.rollout.context_scheduler import (
+    ORDERINGS,
+    OrderingConfig,
+    censored_median,
+    make_ordering,
+    quantile_remaining,
+)
 from seer.rollout.request_buffer import RequestBuffer
 
 from .helpers import order, run_chunk
@@ -12,7 +20,7 @@ from .helpers import order, run_chunk
 NO_GUARD = OrderingConfig(guard_every=0, max_wait=None)
 
 
-def context_buffer(groups: int = 3, size: int = 3, max_tokens: int = 100, **cfg: int | None) -> RequestBuffer:
+def context_buffer(groups: int = 3, size: int = 3, max_tokens: int = 100, **cfg: object) -> RequestBuffer:
     buf = RequestBuffer("context", chunk_tokens=10, ordering_config=OrderingConfig(**{**vars(NO_GUARD), **cfg}))
     for _ in range(groups):
         buf.add_group(prompt_len=4, size=size, max_tokens=max_tokens)
@@ -125,3 +133,86 @@ def test_requeue_restores_position(name: str) -> None:
     ordering.requeue(first, buf.groups[first.group_id])
     assert ordering.served == 0
     assert ordering.pop() is first and ordering.pop() is second
+
+
+
+def test_unknown_groups_are_served_breadth_first() -> None:
+    """Before any sibling finishes every group's L_g is max_tokens, so the remaining estimate is max_tokens -
+    generated: a member that just ran a chunk waits behind the untouched members of the other long groups."""
+    buf = context_buffer(groups=2, size=3, rank="remaining")
+    for gid in (0, 1):
+        buf.take(buf.groups[gid].requests[0].request_id, 0)  # probes running, nothing finished
+    run_chunk(buf, 0, 1, 10)
+    assert order(buf) == [(0, 2), (1, 1), (1, 2), (0, 1)]
+    buf.check_integrity()
+
+
+def test_longest_estimated_remaining_first() -> None:
+    """A nearly done member of a long group yields to fresh members of a shorter group (LRPT, like the oracle)."""
+    buf = context_buffer(groups=2, size=3, rank="remaining")
+    run_chunk(buf, 0, 0, 50, finished=True)
+    run_chunk(buf, 1, 0, 30, finished=True)
+    run_chunk(buf, 0, 1, 90)
+    ordering = buf.ordering
+    rem = {(g, i): ordering.estimated_remaining(buf.groups[g].requests[i], buf.groups[g]) for g, i in
+           ((0, 1), (0, 2), (1, 1))}
+    assert rem[(0, 2)] > rem[(1, 1)] > rem[(0, 1)] > 0
+    assert order(buf) == [(0, 2), (1, 1), (1, 2), (0, 1)]
+    buf.check_integrity()
+
+
+def test_request_beyond_its_finished_sibling_keeps_a_large_estimate() -> None:
+    """The point estimate L_g - generated would rank a request that outgrew its finished sibling last (it is
+    the group's longest: the tail). The hedged estimate keeps it ahead of a fresh member of a shorter group."""
+    buf = context_buffer(groups=2, size=3)
+    run_chunk(buf, 0, 0, 20, finished=True)  # L_0 = 20
+    run_chunk(buf, 1, 0, 12, finished=True)  # L_1 = 12
+    run_chunk(buf, 0, 1, 30)                 # 30 > L_0 and still running
+    assert order(buf) == [(0, 2), (0, 1), (1, 1), (1, 2)]
+    buf.check_integrity()
+
+
+def test_censored_siblings_raise_the_group_median() -> None:
+    buf = context_buffer(groups=1, size=4)
+    group = buf.groups[0]
+    run_chunk(buf, 0, 0, 20, finished=True)
+    assert censored_median(group, 0.3) == pytest.approx(20)  # nothing else known
+    for i in (1, 2, 3):
+        run_chunk(buf, 0, i, 30)                             # three siblings already longer than the probe
+    assert censored_median(group, 0.3) > 30
+    assert quantile_remaining(20, 0, 0.3, 0.99, 100) == pytest.approx(20 * math.exp(0.3 * 2.3263), rel=1e-3)
+    assert 0 < quantile_remaining(20, 80, 0.3, 0.99, 100) <= 20  # far past the median: small, never zero
+    assert quantile_remaining(20, 99, 0.3, 0.99, 100) == pytest.approx(1)
+
+
+def test_spread_is_learned_from_completed_groups() -> None:
+    buf = context_buffer(groups=10, size=3, rank="remaining")
+    ordering = buf.ordering
+    assert ordering.spread == pytest.approx(0.3)
+    for gid in range(10):
+        for i, n in enumerate((10, 20, 40)):  # log sd ln(2): wider than the prior
+            run_chunk(buf, gid, i, n, finished=True)
+    assert ordering.spread == pytest.approx(math.log(2), rel=1e-6)
+    buf.check_integrity()
+
+
+def test_estimate_change_rekeys_waiting_siblings() -> None:
+    buf = context_buffer(groups=2, size=3)
+    probe = buf.groups[0].requests[0].request_id
+    buf.take(probe, 0)
+    run_chunk(buf, 1, 0, 60, finished=True)  # group 1 known, group 0 unknown (max_tokens)
+    buf.on_chunk_done(probe, 5, finished=True)  # group 0 turns out short
+    assert order(buf) == [(1, 1), (1, 2), (0, 1), (0, 2)]
+    buf.check_integrity()
+
+
+def test_paper_literal_group_rank() -> None:
+    buf = context_buffer(groups=3, rank="group")
+    run_chunk(buf, 0, 0, 10, finished=True)
+    run_chunk(buf, 1, 0, 50, finished=True)
+    run_chunk(buf, 1, 1, 45)  # members stay in arrival order within a group
+    buf.take(buf.groups[2].requests[0].request_id, 1)
+    assert order(buf) == [(2, 1), (2, 2), (1, 2), (1, 1), (0, 1), (0, 2)]
+    buf.check_integrity()
+    with pytest.raises(ValueError, match="unknown context rank"):
+        OrderingConfig(rank="shortest")
