@@ -50,28 +50,36 @@ def _cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
-def _build(source: str, target: Path) -> None:
+def _build(source: str, target: Path, name: str) -> None:
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
         raise RuntimeError("no C compiler found (set CC or install gcc)")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src = Path(tmp) / "paged_attn.c"
+        src = Path(tmp) / name
         src.write_text(source)
         out = Path(tmp) / target.name
         proc = subprocess.run([compiler, *_FLAGS, str(src), "-o", str(out), "-lm"], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"compiling {_SOURCE.name} failed:\n{proc.stderr[-2000:]}")
+            raise RuntimeError(f"compiling {name} failed:\n{proc.stderr[-2000:]}")
         os.replace(out, target)  # atomic: concurrent builders never see a half-written library
 
 
-def _load() -> ctypes.CDLL:
-    source = _SOURCE.read_text()
+def build_library(source_path: Path) -> ctypes.CDLL:
+    """Compile (or reuse from the cache) the C file ``source_path`` and load it. Raises on any failure.
+
+    Also used by ``seer.models.rms_norm``: one build machinery (flags, cache, CPU key) for every C kernel.
+    """
+    source = source_path.read_text()
     key = hashlib.sha256("\0".join([source, *_FLAGS, _cpu_signature()]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"paged_attn-{key}.so"
+    target = _cache_dir() / f"{source_path.stem}-{key}.so"
     if not target.is_file():
-        _build(source, target)
-    lib = ctypes.CDLL(str(target))
+        _build(source, target, source_path.name)
+    return ctypes.CDLL(str(target))
+
+
+def _load() -> ctypes.CDLL:
+    lib = build_library(_SOURCE)
     fn = lib.seer_paged_attention
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     fn.argtypes = [p, p, p, p, p, i64, p, p, p, p, i64, i64, i64, i64, i64, ctypes.c_float, ctypes.c_int,

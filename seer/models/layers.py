@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seer.models.rms_norm import rms_norm_bf16
+
 
 class RMSNorm(nn.Module):
     """y = w * (x / sqrt(mean(x^2) + eps)), normalised in float32 like HF."""
@@ -22,6 +24,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fused = rms_norm_bf16(x, self.weight, self.eps)  # bf16 CPU inference: one C pass, same bits
+        if fused is not None:
+            return fused
         dtype = x.dtype
         h = x.to(torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
