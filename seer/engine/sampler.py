@@ -126,7 +126,7 @@ class Sampler:
     @staticmethod
     def _draw_blocked(weights: torch.Tensor, uniforms: list[float], block: int = 256) -> torch.Tensor:
         """Inverse CDF over unnormalised non-negative ``weights`` [N, V] in two levels (block sums, then one
-        block), the same token as a full cumulative sum would pick, at a fraction of its cost."""
+        block): the token a full cumulative sum would pick (up to float rounding), at a fraction of its cost."""
         n, v = weights.shape
         nb = -(-v // block)
         if nb * block != v:
