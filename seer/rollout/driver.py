@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from seer.rollout.context_scheduler import OrderingConfig
-from seer.rollout.instance import ChunkEvent, ChunkStart, Instance, RequestSpec, StepReport
+from seer.rollout.instance import ChunkEvent, ChunkStart, Instance, InstanceLost, RequestSpec, StepReport
 from seer.rollout.metrics import ResponseRecord, RolloutMetrics, compute_metrics
 from seer.rollout.policies import RolloutPolicy, instance_of_group
 from seer.rollout.request_buffer import RequestBuffer
@@ -226,9 +226,9 @@ class RolloutDriver:
         req = a.request
         rid = req.request_id
         if a.kv_source is KVSource.POOL and req.kv_instance is not None and req.kv_instance != a.instance_id:
-            self.counters["kv_bytes_moved"] += self.instances[req.kv_instance].evict(rid)
-            self.counters["evictions"] += 1
-            req.kv_instance, req.kv_in_pool = None, True
+            if not self._evict(req.kv_instance, rid):  # its KV died with its instance: back to the buffer
+                self.buffer.on_chunk_done(rid, 0, kv_instance=None, kv_in_pool=False)
+                return
         res = self.results[rid]
         res.instance_history.append(a.instance_id)
         chunk = ChunkStart(a, self.specs[rid], tuple(res.token_ids), req.generated + a.max_new_tokens,
@@ -260,8 +260,7 @@ class RolloutDriver:
             if not st.has_slot:
                 continue
             need = chunk_blocks_needed(head, st, chunk, self.buffer.dispatch.extra_tokens)
-            victims = [r for r in inst.resident()
-                       if r != head.request_id and self.buffer.requests[r].state is RequestState.BUFFERED]
+            victims = [r for r in self._evictable(iid) if r != head.request_id]
             if not victims or st.free_blocks + sum(inst.resident_blocks(r) for r in victims) < need:
                 continue
             if best is None or st.free_blocks > best[1]:
@@ -274,14 +273,29 @@ class RolloutDriver:
             if free >= need:
                 break
             free += inst.resident_blocks(rid)
-            self._evict(iid, rid)
+            if not self._evict(iid, rid):
+                break  # the instance is gone (now marked failed): the next dispatch round sees that
         return True
 
-    def _evict(self, iid: int, rid: int) -> None:
-        self.counters["kv_bytes_moved"] += self.instances[iid].evict(rid)
+    def _evictable(self, iid: int) -> list[int]:
+        """Waiting requests whose KV sits on instance ``iid``. The buffer's record decides, not the instance's
+        resident list alone: a remote instance's snapshot can predate an eviction and still list the request."""
+        return [r for r in self.instances[iid].resident()
+                if self.buffer.requests[r].state is RequestState.BUFFERED and self.buffer.requests[r].kv_instance == iid]
+
+    def _evict(self, iid: int, rid: int) -> bool:
+        """Move a paused request's KV from instance ``iid`` to the pool; False if that instance turned out
+        to be dead (it is then handled as failed and the request will recompute)."""
+        try:
+            nbytes = self.instances[iid].evict(rid)
+        except InstanceLost:
+            self._kill(iid)
+            return False
+        self.counters["kv_bytes_moved"] += nbytes
         self.counters["evictions"] += 1
         req = self.buffer.requests[rid]
         req.kv_instance, req.kv_in_pool = None, True
+        return True
 
     # ------------------------------------------------------------------ events
     def _apply(self, iid: int, ev: ChunkEvent) -> None:
@@ -370,7 +384,7 @@ class RolloutDriver:
                     continue
                 rep = inst.step()
                 if rep.stalled and not rep.scheduled_tokens:
-                    victims = [r for r in inst.resident() if self.buffer.requests[r].state is RequestState.BUFFERED]
+                    victims = self._evictable(iid)
                     if victims:
                         self._evict(iid, victims[0])
                         rep = inst.step()

@@ -14,6 +14,15 @@ from seer.rollout.types import Assignment, InstanceState, KVSource
 from seer.sampling_params import SamplingParams
 
 
+class InstanceLost(RuntimeError):
+    """An instance died while answering a synchronous call (its process or actor is gone); the driver then
+    treats it as failed, exactly as if the loss had been detected by the backend's liveness check."""
+
+    def __init__(self, instance_id: int) -> None:
+        super().__init__(f"instance {instance_id} is gone")
+        self.instance_id = instance_id
+
+
 @dataclass(frozen=True)
 class RequestSpec:
     """What an instance needs to know about one response beyond the buffer's bookkeeping."""

@@ -17,7 +17,7 @@ from multiprocessing.connection import wait
 
 from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled
 from seer.rollout.file_pool import FileKVPool
-from seer.rollout.instance import ChunkStart
+from seer.rollout.instance import ChunkStart, InstanceLost
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.process_worker import WorkerSpec, worker_main
 from seer.rollout.remote_proxy import RemoteInstanceProxy
@@ -56,13 +56,19 @@ class WorkerProxy(RemoteInstanceProxy):
 
     def evict(self, request_id: int) -> int:
         blocks = self.forget_resident(request_id)
-        self.conn.send(("evict", request_id))
-        while True:  # other messages that arrive meanwhile are kept for the main loop
-            msg = self.conn.recv()
-            if msg[0] == "evicted" and msg[1] == request_id:
-                self.snap["free_blocks"] += blocks
-                return int(msg[2])
-            self.inbox.append(msg)
+        try:
+            self.conn.send(("evict", request_id))
+            while True:  # other messages that arrive meanwhile are kept for the main loop
+                msg = self.conn.recv()
+                if msg[0] == "evicted" and msg[1] == request_id:
+                    self.snap["free_blocks"] += blocks
+                    return int(msg[2])
+                self.inbox.append(msg)
+        except (EOFError, OSError) as err:  # the process died before answering
+            errors = [m[1] for m in self.inbox if m[0] == "error"]
+            if errors:  # it failed on a bug rather than being killed: say what happened
+                raise RuntimeError(f"instance {self.instance_id} failed:\n{errors[0]}") from err
+            raise InstanceLost(self.instance_id) from err
 
     def release(self, request_id: int) -> None:
         self.forget_resident(request_id)
@@ -177,6 +183,7 @@ class ProcessBackend:
             while not driver.done:
                 if fault is not None and not killed and time.time() - t0 >= fault.at_s:
                     os.kill(proxies[fault.instance_id].proc.pid, signal.SIGKILL)
+                    proxies[fault.instance_id].proc.join(10)  # an injected fault is noticed at once
                     killed = True
                 msgs = self._collect(proxies, timeout=0.5)
                 for iid, msg in msgs:
