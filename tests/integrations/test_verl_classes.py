@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from tests.integrations.helpers import PROMPTS, coordinator, object_array, token_batch, verl_rollout_config
-from tests.models.helpers import make_tiny_model_dir
 
 
 def _import_verl():
@@ -35,25 +34,6 @@ from seer.rollout.driver import GroupInput  # noqa: E402
 from seer.sampling_params import SamplingParams  # noqa: E402
 
 N = 3
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("verl-classes"), family="qwen2", seed=5)
-
-
-@pytest.fixture(scope="module")
-def coord(tiny):
-    with coordinator(tiny) as c:
-        yield c
 
 
 def trainer_config(tiny, **rollout):

@@ -12,28 +12,8 @@ from seer.rollout.driver import GroupInput
 from seer.sampling_params import SamplingParams
 from tests.integrations.helpers import (
     PROMPTS, FakeSeerServer, coordinator, object_array, permute, token_batch, verl_rollout_config)
-from tests.models.helpers import make_tiny_model_dir
 
 N = 3
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("verl"), family="qwen2", seed=5)
-
-
-@pytest.fixture(scope="module")
-def coord(tiny):
-    with coordinator(tiny) as c:
-        yield c
 
 
 class Recording:
