@@ -19,7 +19,6 @@ binding in the data is reported as not identified and keeps its prior value.
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from seer.cli.common import read_jsonl
 from seer.engine.scheduler import SchedulerOutput
 from seer.sim.cost_model import CostConstants, CostModel, StepSummary
 from seer.sim.hardware import InstanceSpec
@@ -87,16 +87,7 @@ def load_samples(path: str | Path) -> list[StepSample]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"calibration file not found: {path}")
-    out: list[StepSample] = []
-    with path.open() as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: malformed JSON ({err.msg})") from None
-            out.append(parse_sample(rec, f"{path}:{lineno}"))
+    out = [parse_sample(rec, f"{path}:{lineno}") for lineno, rec in read_jsonl(path)]
     if len(out) < 5:
         raise ValueError(f"{path}: need at least 5 measured steps to calibrate, got {len(out)}")
     return out
