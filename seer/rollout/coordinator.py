@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from seer.engine.speculator import SpecConfig
+from seer.rollout.context_scheduler import OrderingConfig
 from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult
 from seer.rollout.kv_pool import LocalKVPool
 from seer.rollout.policies import get_policy
@@ -45,6 +46,7 @@ class RolloutConfig:
     pool_budget_gb: float = 4.0
     spill_dir: str | None = None
     spec: SpecConfig = field(default_factory=SpecConfig)
+    ordering: OrderingConfig = field(default_factory=OrderingConfig)  # knobs of the context ordering
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -63,6 +63,7 @@ class InProcessBackend:
                                 queued=driver.buffer.num_buffered)
 
             driver = RolloutDriver(policy, instances, groups, chunk_tokens, draft_headroom=headroom,
+                                   ordering_config=self.config.ordering,
                                    on_progress=on_progress, fault=fault, draft_server=server, listener=listener)
             result = driver.run()
         for inst in instances:

@@ -202,6 +202,7 @@ class RayBackend:
         proxies = dict(self.proxies)
         headroom = self.config.spec.gamma_max if policy.speculative else 0
         driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens, draft_headroom=headroom,
+                               ordering_config=self.config.ordering,
                                draft_server=_ActorDrafts(proxies) if policy.speculative else None, listener=listener)
         if policy.speculative:
             prompts = [(str(sp.group_id), sp.prompt_token_ids) for sp in driver.specs.values()]

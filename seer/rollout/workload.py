@@ -5,7 +5,9 @@ token-id traces replay the recorded tokens (forced), so drafting sees real sibli
 random prompt tokens of the recorded prompt length and sample real tokens until the recorded length (EOS
 ignored). ``length_scale`` shrinks prompts and responses alike (a prompt keeps its last tokens) and ``max_len``
 caps response lengths, so CPU runs stay short and keep the workload's prompt/response proportions; token ids outside the
-model's vocabulary are folded into it (id mod vocab), which keeps equal tokens equal.
+model's vocabulary are folded into it (id mod vocab), which keeps equal tokens equal. Every group gets the same
+``max_tokens``, as in an RL run: ``max_len`` when given, else the longest (scaled) response of the whole trace. A
+per-group cap would tell the context scheduler each group's true longest length before anything finished.
 """
 
 from __future__ import annotations
@@ -44,12 +46,12 @@ class ReplayOptions:
 def groups_from_trace(path: str | Path, vocab_size: int, opts: ReplayOptions) -> list[GroupInput]:
     trace = load_trace(path, limit=opts.limit, sample=opts.sample, seed=opts.seed)
     rng = random.Random(opts.seed)
-    return [_group_from_trace(g, vocab_size, opts, rng) for g in trace]
+    cap = opts.max_len or max(opts.scale(r.length) for g in trace for r in g.responses)
+    return [_group_from_trace(g, vocab_size, opts, rng, cap) for g in trace]
 
 
-def _group_from_trace(g: TraceGroup, vocab: int, opts: ReplayOptions, rng: random.Random) -> GroupInput:
+def _group_from_trace(g: TraceGroup, vocab: int, opts: ReplayOptions, rng: random.Random, cap: int) -> GroupInput:
     lengths = tuple(opts.scale(r.length) for r in g.responses)
-    cap = max(lengths)
     plen = max(1, round(g.prompt_len * opts.length_scale))
     plen = min(plen, opts.max_prompt_len or plen)
     if g.prompt_token_ids is not None:

@@ -51,3 +51,16 @@ def test_token_trace_folds_ids_into_vocab():
     groups = groups_from_trace("data/math_cot_groups.jsonl", 1000, ReplayOptions(length_scale=0.1, limit=2))
     assert all(t < 1000 for g in groups for r in g.forced for t in r)
     assert all(len(r) == n for g in groups for r, n in zip(g.forced, g.true_lengths))
+
+
+def test_trace_groups_share_one_max_tokens(tmp_path):
+    """A per-group cap would leak each group's true longest length to the context scheduler."""
+    f = tmp_path / "t.jsonl"
+    with open(f, "w") as out:
+        out.write(json.dumps({"group_id": "a", "prompt_len": 8, "output_lens": [10, 30]}) + "\n")
+        out.write(json.dumps({"group_id": "b", "prompt_len": 8, "output_lens": [200, 90]}) + "\n")
+    a, b = groups_from_trace(f, 128, ReplayOptions())
+    assert a.params.max_tokens == b.params.max_tokens == 200
+    assert a.stop_lengths == (10, 30)
+    a, b = groups_from_trace(f, 128, ReplayOptions(max_len=150))
+    assert a.params.max_tokens == b.params.max_tokens == 150 and b.stop_lengths == (150, 90)
