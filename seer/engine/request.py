@@ -52,6 +52,7 @@ class Request:
     chunk_end: int | None = None  # divided rollout: pause once this many output tokens exist
     reserve_tokens: int = 0       # KV slots to reserve at admission (a whole chunk: no preemption later)
     probe: bool = False           # the group's probe request (served first, drafts get priority)
+    remaining_hint: float | None = None  # the rollout's estimate of tokens still to generate (draft priority)
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -34,6 +34,17 @@ class SpecConfig:
             raise ValueError("k_branches and tree_tokens must be >= 1")
 
 
+def critical_weights(ready: list[Request]) -> list[float]:
+    """Each request's estimated remaining length over the batch mean (1 where the rollout gave no estimate):
+    the policy's token values, so drafts go first to the requests that bound the makespan."""
+    hints = [r.remaining_hint for r in ready]
+    known = [max(h, 1.0) for h in hints if h is not None]
+    if not known:
+        return [1.0] * len(ready)
+    mean = sum(known) / len(known)
+    return [1.0 if h is None else max(h, 1.0) / mean for h in hints]
+
+
 class Speculator:
     def __init__(self, server: DraftServer, policy: SpecPolicy | None, config: SpecConfig | None = None) -> None:
         self.server = server
@@ -85,8 +96,9 @@ class Speculator:
         if self.config.adaptive:
             assert self.policy is not None
             batch = len(scheduler.running) + len(scheduler.waiting)
-            plan = self.policy.plan([PolicyRequest(r.request_id, self.group_of(r), r.probe, caps[r.request_id])
-                                     for r in ready]) if batch else {}
+            weights = critical_weights(ready)
+            plan = self.policy.plan([PolicyRequest(r.request_id, self.group_of(r), r.probe, caps[r.request_id], w)
+                                     for r, w in zip(ready, weights)]) if batch else {}
         else:
             plan = caps
         asks = [(r, plan.get(r.request_id, 0)) for r in ready]

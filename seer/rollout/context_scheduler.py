@@ -17,6 +17,11 @@ The estimate (`ContextOrdering.estimated_remaining`, request r of group g, gener
   quantile, not the mean, because the makespan is a maximum: a request that has outgrown its finished siblings
   keeps a large remaining estimate instead of dropping to zero (the point estimate "L_g - g_r" starves exactly
   the longest sibling of a group whose probe was short, which is what made the tail).
+- Runaways: a small share of responses degenerate (repeat or emit noise) and run to max_tokens whatever their
+  siblings did (math_cot has one of 400: 2,110 tokens of noise beside siblings of 164-282). Lengths are modelled
+  as that share (`runaway_prior`) plus the log-normal; once a request has outgrown its group so far that the
+  posterior probability of being a runaway exceeds 1 - hedge, the hedge quantile is the runaway's remaining
+  length, max_tokens - generated.
 - s is learned online: the pooled within-group variance of log length over the groups completed so far in this
   rollout (all members finished, so unbiased), `spread_prior` (0.30, the CASTILLO traces' within-group value,
   see seer/sim/fitted.json) until 16 degrees of freedom exist. Keys are refreshed when a sibling finishes (the
@@ -59,12 +64,15 @@ class OrderingConfig:
     rank: str = "group"  # "group" (paper-literal L_g order) or "remaining" (hedged remaining length, see above)
     spread_prior: float = 0.30  # within-group sd of log length until the rollout has measured its own
     hedge: float = 0.99  # quantile of a request's remaining length that ranks it
+    runaway_prior: float = 0.0025  # share of responses that degenerate and run to max_tokens (math_cot: 1/400)
 
     def __post_init__(self) -> None:
         if self.rank not in ("remaining", "group"):
             raise ValueError(f"unknown context rank {self.rank!r}; known: remaining, group")
         if self.spread_prior <= 0 or not 0.5 <= self.hedge < 1:
             raise ValueError("spread_prior must be > 0 and hedge in [0.5, 1)")
+        if not 0 <= self.runaway_prior < 1:
+            raise ValueError("runaway_prior must be in [0, 1)")
 
 
 class Ordering(ABC):
@@ -113,6 +121,11 @@ class Ordering(ABC):
 
     def on_group_update(self, group: Group) -> None:
         """A sibling finished, so the group's length estimate may have changed."""
+
+    def remaining_hint(self, req: RolloutRequest, group: Group) -> float | None:
+        """What this ordering believes `req` still has to generate (None: no belief). Instances use it to give
+        draft tokens to the requests that bound the makespan."""
+        return None
 
 
     def _insert(self, req: RolloutRequest, group: Group) -> None:
@@ -231,6 +244,8 @@ class ContextOrdering(Ordering):
         if center is None:
             center = self._centers[group.group_id] = censored_median(group, self.spread)
         sigma = self.spread * math.sqrt(1.0 + 1.0 / n)
+        if runaway_posterior(center, req.generated, sigma, self.config.runaway_prior) > 1.0 - self.config.hedge:
+            return float(req.max_tokens - req.generated)  # the hedge quantile is the runaway's: max_tokens
         return quantile_remaining(center, req.generated, sigma, self.config.hedge, req.max_tokens)
 
     # ---- heaps -------------------------------------------------------------------------------------------
@@ -250,11 +265,21 @@ class ContextOrdering(Ordering):
         self._next_ticket += 1
         self._store(req, group)
 
+    def remaining_hint(self, req: RolloutRequest, group: Group) -> float | None:
+        """The expected remaining length (runaway share included); None before any sibling has finished."""
+        if not group.finished_lengths:
+            return None
+        center = self._centers.get(group.group_id)
+        if center is None:
+            center = self._centers[group.group_id] = censored_median(group, self.spread)
+        sigma = self.spread * math.sqrt(1.0 + 1.0 / len(group.finished_lengths))
+        post = runaway_posterior(center, req.generated, sigma, self.config.runaway_prior)
+        typical = mean_remaining(center, req.generated, sigma, req.max_tokens)
+        return post * (req.max_tokens - req.generated) + (1.0 - post) * typical
+
     def on_group_update(self, group: Group) -> None:
-        if self._legacy is not None:
-            self._legacy.update(group)
-            return
         self._centers.pop(group.group_id, None)
+        respread = False
         if group.done and group.size > 1:
             logs = [math.log(max(n, 1)) for n in group.finished_lengths]
             mean = sum(logs) / len(logs)
@@ -262,14 +287,18 @@ class ContextOrdering(Ordering):
             self._dof += len(logs) - 1
             measured = self._measured_spread()
             if measured > 0 and abs(measured - self.spread) > 0.1 * self.spread:
-                self.spread = measured
+                self.spread, respread = measured, True
                 self._centers.clear()
-                for e in list(self._others):
-                    if e[-1].ticket == e[-2]:
-                        self._rekey(e[-1], self._groups[e[-1].group_id])
-                self._others = [e for e in self._others if e[-1].ticket == e[-2]]
-                heapq.heapify(self._others)
-                return
+        if self._legacy is not None:
+            self._legacy.update(group)
+            return
+        if respread:
+            for e in list(self._others):
+                if e[-1].ticket == e[-2]:
+                    self._rekey(e[-1], self._groups[e[-1].group_id])
+            self._others = [e for e in self._others if e[-1].ticket == e[-2]]
+            heapq.heapify(self._others)
+            return
         for req in group.requests:
             if req.ticket >= 0 and not req.is_probe:  # buffered
                 self._rekey(req, group)
@@ -385,6 +414,32 @@ def censored_median(group: Group, sigma: float) -> float:
             break
         mu = step if lo < step < hi else 0.5 * (lo + hi)
     return math.exp(mu)
+
+
+def runaway_posterior(center: float, generated: int, sigma: float, prior: float) -> float:
+    """P(a request is a runaway that will run to max_tokens | it has generated `generated` tokens), when its
+    group's lengths are LogNormal(ln center, sigma) except for a `prior` share of degenerate responses."""
+    if prior <= 0 or generated <= 0:
+        return prior
+    a = (math.log(generated) - math.log(max(center, 1e-9))) / sigma
+    survive = 0.5 * math.erfc(a / _SQRT2)
+    return prior / (prior + (1.0 - prior) * survive)
+
+
+def mean_remaining(center: float, generated: int, sigma: float, cap: int) -> float:
+    """E[min(L, cap) - generated | L > generated] for L ~ LogNormal(ln center, sigma) (the cap applied to the
+    conditional mean, which is close enough for a priority)."""
+    mu = math.log(max(center, 1e-9))
+    mean = math.exp(mu + 0.5 * sigma * sigma)
+    if generated <= 0:
+        return min(float(cap), mean)
+    a = (math.log(generated) - mu) / sigma
+    tail = 0.5 * math.erfc(a / _SQRT2)
+    if tail > 1e-12:
+        cond = mean * 0.5 * math.erfc((a - sigma) / _SQRT2) / tail
+    else:  # deep in the tail the excess over `generated` is about generated * sigma / a
+        cond = generated * (1.0 + sigma / a)
+    return max(min(float(cap), cond) - generated, 0.0)
 
 
 def quantile_remaining(center: float, generated: int, sigma: float, level: float, cap: int) -> float:

@@ -231,8 +231,9 @@ class RolloutDriver:
                 return
         res = self.results[rid]
         res.instance_history.append(a.instance_id)
+        hint = self.buffer.ordering.remaining_hint(req, self.buffer.groups[req.group_id])
         chunk = ChunkStart(a, self.specs[rid], tuple(res.token_ids), req.generated + a.max_new_tokens,
-                           reserve=self.policy.divided)
+                           reserve=self.policy.divided, remaining_hint=hint)
         self.instances[a.instance_id].start(chunk)
 
     def _dispatch(self) -> None:

@@ -45,6 +45,7 @@ class ChunkStart:
     output_token_ids: tuple[int, ...]  # generated so far (needed to recompute when the KV is lost)
     chunk_end: int
     reserve: bool                      # reserve KV for the whole chunk at admission (divided rollout)
+    remaining_hint: float | None = None  # the ordering's estimate of the tokens the response still needs
 
     @property
     def kv_source(self) -> KVSource:

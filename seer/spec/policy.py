@@ -12,6 +12,13 @@ online (decayed counts per request, with the group's estimate as the prior, and 
 For a batch with different acceptances, drafts are handed out token by token in order of marginal expected gain
 (draft token ``j`` of request ``i`` is accepted with probability ``a_i ** j``), probes first, and the prefix of
 that order with the best tokens per second is kept; it is empty, i.e. speculation is off, on a large busy batch.
+
+Tokens are not all worth the same to a synchronous rollout: it ends when its longest response ends, so a token
+of a request with much left to generate shortens the makespan, while one of a request about to finish only
+adds throughput. Each request may carry a ``weight`` (the speculator passes its estimated remaining length
+relative to the batch mean, from the context scheduler's estimate) and the plan maximises weighted tokens per
+second. With equal weights this is the plain rule above; with one long straggler in a busy batch it drafts for
+the straggler alone, which costs the batch little and speeds the critical path by its acceptance length.
 """
 
 from __future__ import annotations
@@ -158,6 +165,11 @@ class PolicyRequest:
     group_id: Hashable
     is_probe: bool = False
     max_gamma: int | None = None  # e.g. tokens left before max_tokens
+    weight: float = 1.0  # value of this request's tokens relative to the batch (critical-path priority)
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0:
+            raise ValueError(f"weight must be > 0, got {self.weight}")
 
 
 class SpecPolicy:
@@ -180,17 +192,18 @@ class SpecPolicy:
         if n == 0:
             return gammas
         accepts = [self.tracker.accept(r.request_id, r.group_id) for r in batch]
-        # Every candidate draft token, ranked by (boosted) marginal gain a_i ** j.
+        # Every candidate draft token, ranked by (boosted) weighted marginal gain w_i * a_i ** j.
         offers: list[tuple[float, float, int]] = []
         for i, (r, a) in enumerate(zip(batch, accepts)):
             cap = cfg.gamma_max if r.max_gamma is None else max(0, min(cfg.gamma_max, r.max_gamma))
             boost = cfg.probe_boost if r.is_probe else 1.0
-            offers.extend((a ** j * boost, a ** j, i) for j in range(1, cap + 1))
+            offers.extend((a ** j * r.weight * boost, a ** j * r.weight, i) for j in range(1, cap + 1))
         offers.sort(key=lambda o: -o[0])
         offers = offers[: cfg.max_batch_tokens]
         row = self.cost.row_for_batch(n)
-        best_rate, best_k = n / self.cost.step_time(n, 1, row), 0
-        gain, drafting, counts = float(n), 0, [0] * n
+        base = sum(r.weight for r in batch)
+        best_rate, best_k = base / self.cost.step_time(n, 1, row), 0
+        gain, drafting, counts = base, 0, [0] * n
         for k, (_, g, i) in enumerate(offers, start=1):
             gain += g
             drafting += counts[i] == 0

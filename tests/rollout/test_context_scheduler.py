@@ -11,7 +11,9 @@ from seer.rollout.context_scheduler import (
     OrderingConfig,
     censored_median,
     make_ordering,
+    mean_remaining,
     quantile_remaining,
+    runaway_posterior,
 )
 from seer.rollout.request_buffer import RequestBuffer
 
@@ -216,3 +218,34 @@ def test_paper_literal_group_rank() -> None:
     buf.check_integrity()
     with pytest.raises(ValueError, match="unknown context rank"):
         OrderingConfig(rank="shortest")
+
+
+def test_runaway_posterior_and_mean_remaining() -> None:
+    """A request far past its group's lengths is most likely a runaway; near the median it is not."""
+    assert runaway_posterior(100, 60, 0.3, 0.0025) < 0.01
+    assert runaway_posterior(100, 300, 0.3, 0.0025) > 0.5
+    assert runaway_posterior(100, 300, 0.3, 0.0) == 0.0
+    # E[L - g | L > g] for LogNormal(ln 100, 0.3), against a direct numerical integral
+    sigma, g = 0.3, 120
+    xs = [g + 0.5 * k for k in range(1, 4000)]
+    dens = [math.exp(-0.5 * ((math.log(x) - math.log(100)) / sigma) ** 2) / (x * sigma) for x in xs]
+    expected = sum((x - g) * d for x, d in zip(xs, dens)) / sum(dens)
+    assert mean_remaining(100, g, sigma, 10**6) == pytest.approx(expected, rel=0.02)
+    assert mean_remaining(100, 0, sigma, 10**6) == pytest.approx(100 * math.exp(0.045))
+    assert mean_remaining(100, 990, sigma, 1000) == pytest.approx(10)  # never past max_tokens
+
+
+def test_outgrown_request_is_ranked_as_a_runaway() -> None:
+    """math_cot's straggler: 2,110 tokens of noise beside siblings of 164-282. Once a request is far past its
+    finished siblings its hedged remaining is the runaway's (max_tokens - generated) and its hint grows."""
+    buf = context_buffer(groups=1, size=4, max_tokens=1000, rank="remaining")
+    ordering, group = buf.ordering, buf.groups[0]
+    req = group.requests[3]
+    assert ordering.remaining_hint(req, group) is None  # nothing finished: no evidence
+    for i in (0, 1, 2):
+        run_chunk(buf, 0, i, 100, finished=True)
+    near = ordering.remaining_hint(req, group)
+    run_chunk(buf, 0, 3, 400)
+    assert ordering.estimated_remaining(req, group) == pytest.approx(600)
+    assert ordering.remaining_hint(req, group) > 4 * near > 400
+    buf.check_integrity()

@@ -98,3 +98,16 @@ def test_errors() -> None:
         PolicyConfig(gamma_max=0)
     with pytest.raises(ValueError, match="path_len"):
         SpecPolicy(flat()).observe("r", "g", 2, 3)
+
+
+def test_weights_send_drafts_to_the_straggler() -> None:
+    """In a busy batch where drafting does not pay for throughput, a request with much more left to generate
+    (the makespan's critical path) still gets drafts, and only it."""
+    policy = SpecPolicy(memory_then_compute())
+    batch = [PolicyRequest(i, "g") for i in range(256)]
+    assert set(policy.plan(batch).values()) == {0}
+    weighted = [PolicyRequest(i, "g", weight=0.5) for i in range(255)] + [PolicyRequest(255, "g", weight=128.0)]
+    plan = policy.plan(weighted)
+    assert plan[255] > 0 and all(plan[i] == 0 for i in range(255))
+    with pytest.raises(ValueError, match="weight"):
+        PolicyRequest(0, "g", weight=0.0)
