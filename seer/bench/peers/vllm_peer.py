@@ -29,7 +29,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proc_cpu import CpuWindow, wait_for_quiet  # noqa: E402  (stdlib-only siblings, imported by file name)
@@ -185,14 +185,18 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
+def job_main(argv: list[str], runner: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """`script JOB.json RESULT.json`: run `runner` on the job and write its result (both peer scripts)."""
     if len(argv) != 3:
         print(f"usage: {argv[0]} JOB.json RESULT.json", file=sys.stderr)
         return 2
     job = json.loads(Path(argv[1]).read_text())
-    result = run(job)
-    Path(argv[2]).write_text(json.dumps(result, indent=1))
+    Path(argv[2]).write_text(json.dumps(runner(job), indent=1))
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return job_main(argv, run)
 
 
 if __name__ == "__main__":  # required: vllm starts its engine core with multiprocessing

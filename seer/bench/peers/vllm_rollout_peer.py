@@ -25,7 +25,6 @@ It imports only vllm and the standard library (plus vllm_peer.py from this direc
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_peer import apply_vllm_env, engine_settings, sampling_params  # noqa: E402  (sibling, by file name)
+from vllm_peer import apply_vllm_env, engine_settings, job_main, sampling_params  # noqa: E402  (sibling, by file name)
 
 WARMUP_PROMPT = list(range(100, 108))
 
@@ -189,13 +188,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print(f"usage: {argv[0]} JOB.json RESULT.json", file=sys.stderr)
-        return 2
-    job = json.loads(Path(argv[1]).read_text())
-    result = run(job)
-    Path(argv[2]).write_text(json.dumps(result, indent=1))
-    return 0
+    return job_main(argv, run)
 
 
 if __name__ == "__main__":  # required: vllm may start helper processes with multiprocessing
