@@ -44,6 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                                    "presets, max_tokens/8 for traces)")
     run.add_argument("--quantum", type=int, default=0, help="real tokens per simulated token (0: automatic)")
     run.add_argument("--acceptance", default="auto", help="auto, replay, paper, math_cot")
+    run.add_argument("--context-rank", default="group", choices=["group", "remaining"],
+                     help="context ordering of non-probes: the paper's group order, or hedged remaining length")
     run.add_argument("--json", default=None, help="write the report here")
     run.add_argument("--plots", default=None, help="write PNG plots into this directory")
     run.add_argument("--no-progress", action="store_true")
@@ -112,7 +114,8 @@ def run_cli(args: argparse.Namespace) -> int:
     workload, cluster, constants, chunk = _setup(args)
     if args.quantum < 0:
         raise ValueError(f"--quantum must be >= 0, got {args.quantum}")
-    config = SimConfig(quantum=args.quantum, chunk_tokens=chunk, acceptance=args.acceptance)
+    config = SimConfig(quantum=args.quantum, chunk_tokens=chunk, acceptance=args.acceptance,
+                       context_rank=args.context_rank)
     out = simulate(workload, policies, cluster, constants, config, progress=not args.no_progress,
                    plots_dir=args.plots)
     _print_summary(out)

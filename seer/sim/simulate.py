@@ -41,6 +41,7 @@ class SimConfig:
     spec: SimSpecConfig = field(default_factory=SimSpecConfig)
     acceptance: str = "auto"           # "replay" (suffix trees; token ids, quantum 1) or an acceptance model name
     guard_every: int = 64
+    context_rank: str = "group"         # context ordering of non-probes (OrderingConfig.rank)
     check: bool = False                # integrity checks after every step (tests)
     record: bool = True                # per-step timelines for the plots
 
@@ -133,7 +134,7 @@ def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster
     chunk = max(1, -(-config.chunk_tokens // q))
     bar = _progress_bar(policy.name, workload.num_requests) if progress else None
     driver = RolloutDriver(policy, list(instances), groups, chunk_tokens=chunk,
-                           ordering_config=OrderingConfig(guard_every=config.guard_every),
+                           ordering_config=OrderingConfig(guard_every=config.guard_every, rank=config.context_rank),
                            on_progress=_progress_hook(bar, config.check),
                            draft_server=getattr(spec, "server", None))
     for inst in instances:
