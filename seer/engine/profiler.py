@@ -17,8 +17,7 @@ from pathlib import Path
 import torch
 
 from seer.engine.llm_engine import LLMEngine
-from seer.models.attn_kernel import _SOURCE as KERNEL_SOURCE
-from seer.models.attn_kernel import kernel_available
+from seer.models.attn_kernel import kernel_available, source_digest
 from seer.sampling_params import SamplingParams
 from seer.spec.policy import VerifyCostModel
 
@@ -30,7 +29,7 @@ def _kernel_source_hash() -> str | None:
     """Identifies the attention kernel build in use (None: the PyTorch path)."""
     if not kernel_available():
         return None
-    return hashlib.sha256(KERNEL_SOURCE.read_bytes()).hexdigest()[:16]
+    return source_digest()
 
 
 def _cache_path(engine: LLMEngine, context: int, cache_dir: Path) -> Path:

@@ -50,18 +50,17 @@ def _cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
-def _build(source: str, target: Path, name: str) -> None:
+def _build(source_path: Path, target: Path) -> None:
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
         raise RuntimeError("no C compiler found (set CC or install gcc)")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src = Path(tmp) / name
-        src.write_text(source)
         out = Path(tmp) / target.name
-        proc = subprocess.run([compiler, *_FLAGS, str(src), "-o", str(out), "-lm"], capture_output=True, text=True)
+        proc = subprocess.run([compiler, *_FLAGS, f"-I{source_path.parent}", str(source_path), "-o", str(out), "-lm"],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"compiling {name} failed:\n{proc.stderr[-2000:]}")
+            raise RuntimeError(f"compiling {source_path.name} failed:\n{proc.stderr[-2000:]}")
         os.replace(out, target)  # atomic: concurrent builders never see a half-written library
 
 
@@ -70,12 +69,18 @@ def build_library(source_path: Path) -> ctypes.CDLL:
 
     Also used by ``seer.models.rms_norm``: one build machinery (flags, cache, CPU key) for every C kernel.
     """
-    source = source_path.read_text()
-    key = hashlib.sha256("\0".join([source, *_FLAGS, _cpu_signature()]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"{source_path.stem}-{key}.so"
+    key = hashlib.sha256("\0".join([source_digest(source_path), *_FLAGS, _cpu_signature()]).encode()).hexdigest()
+    target = _cache_dir() / f"{source_path.stem}-{key[:16]}.so"
     if not target.is_file():
-        _build(source, target, source_path.name)
+        _build(source_path, target)
     return ctypes.CDLL(str(target))
+
+
+def source_digest(source_path: Path = _SOURCE) -> str:
+    """Hash of a kernel's C file and the headers beside it (what its build depends on); by default the
+    attention kernel's, which the verify-cost profiler keys its cache with."""
+    parts = [source_path, *sorted(source_path.parent.glob("*.h"))]
+    return hashlib.sha256(b"\0".join(p.read_bytes() for p in parts)).hexdigest()[:16]
 
 
 def _load() -> ctypes.CDLL:
