@@ -67,7 +67,7 @@ def run_peer(args: argparse.Namespace, groups, model: Path, kv_tokens: int) -> t
     log_dir = Path(args.json).with_suffix(".vllm-logs") if args.json else None
     try:
         row = run_vllm_rollout_peer(groups, model, instances=args.instances, kv_tokens=kv_tokens,
-                                    temperature=args.temperature, seed=args.seed, dtype=args.dtype,
+                                    seed=args.seed, dtype=args.dtype,
                                     timeout_s=args.peer_timeout_s, log_dir=log_dir)
     except PeerError as err:
         print(f"vllm peer failed: {err}", file=sys.stderr)

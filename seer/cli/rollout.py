@@ -28,7 +28,9 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context-rank", default="group", choices=["group", "remaining"],
                    help="context ordering of non-probes: the paper's group order, or hedged remaining length")
     p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default 1.0; a length-only --trace defaults to each group's "
+                        "recorded temperature/top_p/top_k)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kv-cache-gb", type=float, default=1.0)
@@ -74,7 +76,8 @@ def build_groups(args: argparse.Namespace, model: Path) -> list:
         opts = ReplayOptions(args.length_scale, args.max_len, limit=args.limit, sample=args.sample, seed=args.seed,
                              temperature=args.temperature)
         return groups_from_trace(args.trace, vocab, opts)
-    sp = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    temperature = 1.0 if args.temperature is None else args.temperature
+    sp = SamplingParams(temperature=temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
     return groups_from_prompts(args.prompts, Tokenizer.from_dir(model), args.group_size, sp, args.limit)
 
 

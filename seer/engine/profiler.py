@@ -3,6 +3,11 @@
 T(B, n) is the wall time of one step in which B sequences each compute n tokens (n = 1: plain decode; n = 1 +
 gamma: verifying gamma draft tokens). It is measured on this machine with this model, dtype and thread count
 (the policy's decisions are only as good as this table) and cached on disk keyed by those.
+
+Every batch size up to 64 that the KV cache can hold is measured, with a shorter context where the full one does
+not fit: a rollout's instance may run 30-60 sequences in a small KV budget, and a table that stopped at batch 4
+was extrapolated there into nonsense (verification looked free). Timings are noisy on a shared machine, so the
+table is made monotone (a step never gets cheaper with more sequences or more tokens each).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from seer.models.attn_kernel import kernel_available, source_digest
 from seer.sampling_params import SamplingParams
 from seer.spec.policy import VerifyCostModel
 
-BATCH_SIZES = (1, 4, 16, 64)
+BATCH_SIZES = (1, 4, 16, 32, 64)
 TOKENS_PER_SEQ = (1, 2, 3, 5, 9)
+MIN_CONTEXT = 16  # shortest context worth measuring
+GROWTH = 48  # KV tokens a measured sequence may grow by (its outputs plus the largest verify step)
 
 
 def _kernel_source_hash() -> str | None:
@@ -32,18 +39,36 @@ def _kernel_source_hash() -> str | None:
     return source_digest()
 
 
-def _cache_path(engine: LLMEngine, context: int, cache_dir: Path) -> Path:
+def profile_plan(num_blocks: int, block_size: int, max_num_seqs: int, context: int) -> list[tuple[int, int]]:
+    """(batch size, context) pairs to measure: each batch size whose sequences fit the KV cache with at least
+    ``MIN_CONTEXT`` tokens of context, at ``context`` or the most that fits."""
+    plan = []
+    for batch in BATCH_SIZES:
+        fits = (num_blocks // batch) * block_size - GROWTH
+        if batch > max_num_seqs or min(context, fits) < MIN_CONTEXT:
+            break
+        plan.append((batch, min(context, fits)))
+    return plan
+
+
+def monotone(table: list[list[float]]) -> list[list[float]]:
+    """Running maxima along tokens per sequence, then along batch size."""
+    rows = [[max(row[: j + 1]) for j in range(len(row))] for row in table]
+    return [[max(r[j] for r in rows[: i + 1]) for j in range(len(rows[i]))] for i in range(len(rows))]
+
+
+def _cache_path(engine: LLMEngine, plan: list[tuple[int, int]], cache_dir: Path) -> Path:
     cfg = engine.config
     # the code paths a step takes (packed linears, attention kernel) change its cost, so they are in the key
     paths = sorted({type(m).__name__ for m in engine.model.modules()})
-    key = json.dumps([str(Path(cfg.model).resolve()), cfg.dtype, cfg.device, torch.get_num_threads(), context,
-                      BATCH_SIZES, TOKENS_PER_SEQ, paths, _kernel_source_hash()])
+    key = json.dumps([str(Path(cfg.model).resolve()), cfg.dtype, cfg.device, torch.get_num_threads(), plan,
+                      TOKENS_PER_SEQ, paths, _kernel_source_hash()])
     return cache_dir / f"verify-cost-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
 def _measure_batch(engine: LLMEngine, batch: int, context: int, repeats: int, rng: random.Random) -> list[float]:
     vocab = engine.model_config.vocab_size
-    forced = [rng.randrange(vocab) for _ in range(4 + repeats * len(TOKENS_PER_SEQ) * 10)]
+    forced = [rng.randrange(vocab) for _ in range(GROWTH)]
     reqs = [engine.add_request([rng.randrange(vocab) for _ in range(context)],
                                SamplingParams(temperature=0.0, max_tokens=len(forced)), forced_token_ids=forced)
             for _ in range(batch)]
@@ -64,25 +89,26 @@ def _measure_batch(engine: LLMEngine, batch: int, context: int, repeats: int, rn
     return row
 
 
-def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 3,
+def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 5,
                         cache_dir: Path | None = None) -> VerifyCostModel:
     """Measure (or load from the cache) the verify cost table of this engine."""
     if engine.has_unfinished():
         raise RuntimeError("profile the verify cost on an idle engine")
-    path = _cache_path(engine, context, cache_dir) if cache_dir is not None else None
+    bm = engine.block_manager
+    plan = profile_plan(bm.num_blocks, bm.block_size, engine.scheduler.config.max_num_seqs, context)
+    if not plan:
+        raise RuntimeError(f"the KV cache ({bm.num_blocks} blocks) cannot hold one sequence to profile")
+    path = _cache_path(engine, plan, cache_dir) if cache_dir is not None else None
     if path is not None and path.is_file():
         return VerifyCostModel.from_profile(json.loads(path.read_text()))
     saved, engine.speculator = engine.speculator, None
     rng = random.Random(0)
-    sizes = [b for b in BATCH_SIZES
-             if engine.block_manager.blocks_needed(context + 64) * b <= engine.block_manager.num_blocks
-             and b <= engine.scheduler.config.max_num_seqs]
     try:
-        _measure_batch(engine, sizes[0], context, 1, rng)  # warm-up
-        table = [_measure_batch(engine, b, context, repeats, rng) for b in sizes]
+        _measure_batch(engine, *plan[0], 1, rng)  # warm-up
+        table = [_measure_batch(engine, b, ctx, repeats, rng) for b, ctx in plan]
     finally:
         engine.speculator = saved
-    model = VerifyCostModel(sizes, TOKENS_PER_SEQ, table)
+    model = VerifyCostModel([b for b, _ in plan], TOKENS_PER_SEQ, monotone(table))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(model.to_profile()))

@@ -8,6 +8,9 @@ caps response lengths, so CPU runs stay short and keep the workload's prompt/res
 model's vocabulary are folded into it (id mod vocab), which keeps equal tokens equal. Every group gets the same
 ``max_tokens``, as in an RL run: ``max_len`` when given, else the longest (scaled) response of the whole trace. A
 per-group cap would tell the context scheduler each group's true longest length before anything finished.
+Length-only groups are sampled with the settings the trace recorded for them (CASTILLO keeps each group's
+temperature, top_p and top_k) unless ``temperature`` overrides them: siblings' similarity, and with it what
+grouped drafting can gain, depends on them as much as on the prompt.
 """
 
 from __future__ import annotations
@@ -30,13 +33,23 @@ class ReplayOptions:
     limit: int | None = None
     sample: int | None = None
     seed: int = 0
-    temperature: float = 1.0
+    temperature: float | None = None  # None: each group's recorded settings, else 1.0
 
     def __post_init__(self) -> None:
         if not 0 < self.length_scale <= 1.0:
             raise ValueError(f"length_scale must be in (0, 1], got {self.length_scale}")
         if self.max_len is not None and self.max_len < 1:
             raise ValueError(f"max_len must be >= 1, got {self.max_len}")
+
+    def sampling(self, meta: dict, max_tokens: int, ignore_eos: bool) -> SamplingParams:
+        """The override temperature (top_p 1, no top_k), else the group's recorded settings, else T=1."""
+        if self.temperature is not None:
+            return SamplingParams(temperature=self.temperature, max_tokens=max_tokens, ignore_eos=ignore_eos)
+        try:
+            return SamplingParams(temperature=float(meta.get("temperature", 1.0)), top_p=float(meta.get("top_p", 1.0)),
+                                  top_k=int(meta.get("top_k", -1)), max_tokens=max_tokens, ignore_eos=ignore_eos)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"trace group {meta.get('trace_group')!r}: bad recorded sampling settings: {err}") from None
 
     def scale(self, n: int) -> int:
         n = max(1, round(n * self.length_scale))
@@ -61,10 +74,10 @@ def _group_from_trace(g: TraceGroup, vocab: int, opts: ReplayOptions, rng: rando
     meta = {"trace_group": g.group_id, **{k: v for k, v in g.metadata.items() if isinstance(v, (str, int, float))}}
     if g.has_token_ids:
         forced = tuple(tuple(t % vocab for t in r.token_ids[:n]) for r, n in zip(g.responses, lengths))
-        sp = SamplingParams(temperature=opts.temperature, max_tokens=cap)
+        sp = opts.sampling(meta, cap, ignore_eos=False)
         return GroupInput(prompt, g.group_size, sp, key=g.group_id, forced=forced, true_lengths=lengths,
                           metadata=meta)
-    sp = SamplingParams(temperature=opts.temperature, max_tokens=cap, ignore_eos=True)
+    sp = opts.sampling(meta, cap, ignore_eos=True)
     return GroupInput(prompt, g.group_size, sp, key=g.group_id, true_lengths=lengths, stop_lengths=lengths,
                       metadata=meta)
 

@@ -54,30 +54,36 @@ def test_groups_split_evenly_one_request_per_response() -> None:
     assert sum(len(s) for s in shares) == 10
 
 
+def test_requests_carry_their_groups_sampling_settings() -> None:
+    sp = SamplingParams(temperature=0.7, top_p=0.8, top_k=20, max_tokens=5, ignore_eos=True)
+    (share,) = instance_requests([GroupInput((1, 2), 2, sp, key="a", true_lengths=(5, 3))], 1)
+    assert [(r["temperature"], r["top_p"], r["top_k"]) for r in share] == [(0.7, 0.8, 20)] * 2
+
+
 def test_a_group_without_recorded_lengths_runs_to_max_tokens() -> None:
     (share,) = instance_requests([group(0, 3, None, size=3)], 1)
     assert [r["max_tokens"] for r in share] == [7, 7, 7]
 
 
 def test_jobs_carry_the_same_kv_tokens_and_lengths(model_dir: Path) -> None:
-    jobs = build_jobs(five_groups(), model_dir, instances=3, kv_tokens=160, temperature=0.7, seed=5)
+    jobs = build_jobs(five_groups(), model_dir, instances=3, kv_tokens=160, seed=5)
     assert [j["instance"] for j in jobs] == [0, 1, 2]
     assert [len(j["requests"]) for j in jobs] == [4, 4, 2]
     for job in jobs:
         # usable tokens plus vllm's null block, K+V in bf16
         assert job["kv_tokens"] == 160 and job["kv_cache_memory_bytes"] == (160 + 32) * 128 * 2
-        assert job["block_size"] == 32 and job["temperature"] == 0.7 and job["seed"] == 5
+        assert job["block_size"] == 32 and job["seed"] == 5
         assert job["max_model_len"] == (3 + 4) + (4 + 4)  # longest prompt + response of the whole workload
     json.dumps(jobs)  # the job travels as JSON
 
 
 def test_kv_tokens_round_up_to_whole_peer_blocks(model_dir: Path) -> None:
-    (job,) = build_jobs(five_groups(), model_dir, instances=1, kv_tokens=176, temperature=1.0, seed=0)
+    (job,) = build_jobs(five_groups(), model_dir, instances=1, kv_tokens=176, seed=0)
     assert job["kv_tokens"] == 192 and job["kv_cache_memory_bytes"] == (192 + 32) * 256
 
 
 def test_an_instance_without_groups_gets_an_empty_job(model_dir: Path) -> None:
-    jobs = build_jobs(five_groups()[:1], model_dir, instances=2, kv_tokens=64, temperature=1.0, seed=0)
+    jobs = build_jobs(five_groups()[:1], model_dir, instances=2, kv_tokens=64, seed=0)
     assert [len(j["requests"]) for j in jobs] == [2, 0]
 
 
@@ -138,7 +144,7 @@ def test_unmeasured_counts_and_idle_instances_are_marked() -> None:
 
 def test_missing_venv_is_a_clear_error(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(PeerError, match=r"vLLM peer venv is missing.*setup_vllm_peer\.sh"):
-        run_vllm_rollout_peer(five_groups(), model_dir, instances=2, kv_tokens=64, temperature=1.0, seed=0,
+        run_vllm_rollout_peer(five_groups(), model_dir, instances=2, kv_tokens=64, seed=0,
                               venv=tmp_path / "no-venv")
     from seer.cli.main import main
 
@@ -170,7 +176,7 @@ def fake_venv(tmp_path: Path) -> Path:
 
 
 def test_instances_run_one_after_another_through_the_runner(model_dir: Path, tmp_path: Path) -> None:
-    row = run_vllm_rollout_peer(five_groups(), model_dir, instances=2, kv_tokens=64, temperature=1.0, seed=0,
+    row = run_vllm_rollout_peer(five_groups(), model_dir, instances=2, kv_tokens=64, seed=0,
                                 venv=fake_venv(tmp_path), timeout_s=60, log_dir=tmp_path / "logs")
     assert row["num_responses"] == 10 and row["generated_tokens"] == sum(4 + g + 2 for g in range(5))
     assert row["makespan_s"] == 3.0  # instance 0: 6 responses at 0.5 s apart, on its own clock

@@ -82,3 +82,26 @@ def test_blocked_inverse_cdf_matches_the_full_cumulative_sum() -> None:
     full = Sampler(0)._draw(weights, uniforms)
     assert (blocked == full).float().mean() >= 0.99
     assert bool((weights.gather(1, blocked[:, None]) > 0).all())
+
+
+def reference_filter(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """top-k then top-p over a full sort of one row, renormalised."""
+    sorted_p, order = probs.sort(descending=True)
+    keep = torch.ones_like(sorted_p, dtype=torch.bool)
+    if top_k > 0:
+        keep[top_k:] = False
+    keep &= (sorted_p.cumsum(0) - sorted_p) < top_p
+    out = torch.zeros_like(probs).scatter_(0, order, sorted_p * keep)
+    return out / out.sum()
+
+
+@pytest.mark.parametrize("scale", [8.0, 0.05])  # peaked: the candidates hold the nucleus; flat: full sort
+def test_filtering_on_a_large_vocab_matches_a_full_sort(scale: float) -> None:
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(4, 5000, generator=g) * scale
+    rows = [RowSpec(1.0, top_k=20), RowSpec(0.7, top_p=0.8, top_k=50), RowSpec(1.0, top_p=0.9), RowSpec(1.0)]
+    lp = Sampler.logprobs(logits, rows)
+    got = Sampler.probs(lp, rows)
+    for j, r in enumerate(rows):
+        want = reference_filter(lp[j].exp(), r.top_k, r.top_p) if r.filtered else lp[j].exp()
+        assert torch.allclose(got[j], want, atol=1e-6), j

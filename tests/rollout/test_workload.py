@@ -64,3 +64,18 @@ def test_trace_groups_share_one_max_tokens(tmp_path):
     assert a.stop_lengths == (10, 30)
     a, b = groups_from_trace(f, 128, ReplayOptions(max_len=150))
     assert a.params.max_tokens == b.params.max_tokens == 150 and b.stop_lengths == (150, 90)
+
+
+def test_length_only_groups_sample_with_their_recorded_settings(tmp_path):
+    f = tmp_path / "t.jsonl"
+    rec = {"group_id": "a", "prompt_len": 8, "output_lens": [10, 30], "temperature": 0.7, "top_p": 0.8, "top_k": 20}
+    plain = {"group_id": "b", "prompt_len": 8, "output_lens": [5, 6]}
+    f.write_text(json.dumps(rec) + "\n" + json.dumps(plain) + "\n")
+    a, b = groups_from_trace(f, 128, ReplayOptions())
+    assert (a.params.temperature, a.params.top_p, a.params.top_k) == (0.7, 0.8, 20)
+    assert (b.params.temperature, b.params.top_p, b.params.top_k) == (1.0, 1.0, -1)
+    a, _ = groups_from_trace(f, 128, ReplayOptions(temperature=0.5))  # an explicit temperature overrides all
+    assert (a.params.temperature, a.params.top_p, a.params.top_k) == (0.5, 1.0, -1)
+    f.write_text(json.dumps({**rec, "top_p": 2.0}) + "\n")
+    with pytest.raises(ValueError, match="trace group 'a'.*top_p"):
+        groups_from_trace(f, 128, ReplayOptions())

@@ -59,7 +59,7 @@ def max_model_len(workload: dict[str, Any], cases: list[str]) -> int:
 
 
 def sampling_params(vllm: Any, settings: dict[str, Any], n: int) -> Any:
-    """vllm SamplingParams for one case of the workload (pure sampling: top_p 1, no top_k; token ids only)."""
+    """vllm SamplingParams for one case of the workload (its temperature, top_p, top_k; token ids only)."""
     return vllm.SamplingParams(
         n=n,
         temperature=float(settings.get("temperature", 1.0)),

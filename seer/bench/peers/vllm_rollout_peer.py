@@ -118,22 +118,22 @@ def warm_up(vllm: Any, llm: Any) -> None:
     llm.reset_prefix_cache()
 
 
-def request_params(vllm: Any, request: dict[str, Any], temperature: float) -> Any:
-    """Length-only sampling: exactly `max_tokens` tokens (EOS ignored), top_p 1, no top_k, token ids only."""
+def request_params(vllm: Any, request: dict[str, Any]) -> Any:
+    """Length-only sampling: exactly `max_tokens` tokens (EOS ignored) at the group's settings, token ids only."""
     from vllm.sampling_params import RequestOutputKind
 
-    settings = {"temperature": temperature, "top_p": 1.0, "max_tokens": int(request["max_tokens"]),
-                "ignore_eos": True}
+    settings = {"temperature": float(request.get("temperature", 1.0)), "top_p": float(request.get("top_p", 1.0)),
+                "top_k": int(request.get("top_k", -1)), "max_tokens": int(request["max_tokens"]), "ignore_eos": True}
     params = sampling_params(vllm, settings, n=1)
     params.output_kind = RequestOutputKind.FINAL_ONLY  # as LLM.generate: no per-step cumulative outputs
     return params
 
 
-def run_share(vllm: Any, llm: Any, requests: list[dict[str, Any]], temperature: float) -> dict[str, Any]:
+def run_share(vllm: Any, llm: Any, requests: list[dict[str, Any]]) -> dict[str, Any]:
     """Add every request, step until all finish; each response's finish time since the adds began."""
     engine = llm.llm_engine
     prompts = {r["id"]: vllm.inputs.TokensPrompt(prompt_token_ids=list(r["prompt_token_ids"])) for r in requests}
-    params = {r["id"]: request_params(vllm, r, temperature) for r in requests}
+    params = {r["id"]: request_params(vllm, r) for r in requests}
     finished: dict[str, tuple[float, int, str]] = {}
     start = time.perf_counter()
     for r in requests:
@@ -170,7 +170,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     warm_up(vllm, llm)
     startup_s = time.perf_counter() - start
     probe = SchedulerProbe.attach(llm)
-    share = run_share(vllm, llm, job["requests"], float(job.get("temperature", 1.0)))
+    share = run_share(vllm, llm, job["requests"])
     return {
         "peer": "vllm-rollout",
         "instance": job.get("instance"),
