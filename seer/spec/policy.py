@@ -8,7 +8,10 @@ with per-token acceptance ``a``, batch ``B`` and ``g`` draft tokens, the time pe
 
 (``T(B, g)``: verify step with ``g`` drafts per sequence, i.e. ``g + 1`` tokens per sequence; ``D``: drafting
 time), and speculation is worth it only when ``T_SD(g) < T(B, 0)``, the plain decode step. Acceptance is tracked
-online (decayed counts per request, with the group's estimate as the prior, and a global prior for new groups).
+online (decayed counts per request, with the group's estimate as the prior, and for a new group the rollout's
+own running estimate over all groups, itself starting from ``prior_accept``). The running estimate matters: a
+fixed prior of 0.5 kept mid-size batches from ever drafting, so their real acceptance (0.75 on CASTILLO at T=0.7)
+was never observed.
 For a batch with different acceptances, drafts are handed out token by token in order of marginal expected gain
 (draft token ``j`` of request ``i`` is accepted with probability ``a_i ** j``), probes first, and the prefix of
 that order with the best tokens per second is kept; it is empty, i.e. speculation is off, on a large busy batch.
@@ -105,6 +108,7 @@ class PolicyConfig:
     prior_accept: float = 0.5  # per-token acceptance assumed for a group nothing is known about
     prior_weight: float = 4.0  # pseudo-trials behind a prior (global -> group -> request)
     decay: float = 0.95  # weight of the past per observed step (EMA of counts)
+    global_decay: float = 0.999  # the same for the estimate over all groups (a window of ~1,000 observations)
     probe_boost: float = 2.0  # probes' marginal gains are ranked this much higher
     max_batch_tokens: int = 4096  # cap on draft tokens per step, all requests together
 
@@ -113,8 +117,10 @@ class PolicyConfig:
             raise ValueError(f"gamma_max must be >= 1, got {self.gamma_max}")
         if not 0.0 < self.prior_accept < 1.0 or self.prior_weight <= 0:
             raise ValueError("prior_accept must be in (0, 1) and prior_weight > 0")
-        if not 0.0 < self.decay <= 1.0 or self.probe_boost < 1.0 or self.max_batch_tokens < 0:
-            raise ValueError("decay must be in (0, 1], probe_boost >= 1, max_batch_tokens >= 0")
+        if not 0.0 < self.decay <= 1.0 or not 0.0 < self.global_decay <= 1.0:
+            raise ValueError("decay and global_decay must be in (0, 1]")
+        if self.probe_boost < 1.0 or self.max_batch_tokens < 0:
+            raise ValueError("probe_boost must be >= 1 and max_batch_tokens >= 0")
 
 
 class AcceptanceTracker:
@@ -125,6 +131,7 @@ class AcceptanceTracker:
         self.config = config
         self._requests: dict[Hashable, list[float]] = {}  # request -> [successes, trials] (decayed)
         self._groups: dict[Hashable, list[float]] = {}
+        self._all = [0.0, 0.0]  # every observation, decayed with global_decay
 
     def observe(self, request_id: Hashable, group_id: Hashable, path_len: int, accepted: int) -> None:
         """``path_len``: the length of the draft path that was verified (linear: the draft length)."""
@@ -136,6 +143,8 @@ class AcceptanceTracker:
             s = table.setdefault(key, [0.0, 0.0])
             s[0] = lam * s[0] + accepted
             s[1] = lam * s[1] + trials
+        g = self.config.global_decay
+        self._all = [g * self._all[0] + accepted, g * self._all[1] + trials]
 
     def _blend(self, counts: list[float] | None, prior: float) -> float:
         w = self.config.prior_weight
@@ -143,8 +152,11 @@ class AcceptanceTracker:
             return prior
         return (counts[0] + w * prior) / (counts[1] + w)
 
+    def global_accept(self) -> float:
+        return self._blend(self._all if self._all[1] > 0 else None, self.config.prior_accept)
+
     def group_accept(self, group_id: Hashable) -> float:
-        return self._blend(self._groups.get(group_id), self.config.prior_accept)
+        return self._blend(self._groups.get(group_id), self.global_accept())
 
     def accept(self, request_id: Hashable, group_id: Hashable) -> float:
         return self._blend(self._requests.get(request_id), self.group_accept(group_id))
@@ -154,7 +166,7 @@ class AcceptanceTracker:
         self._groups.pop(group_id, None)
 
     def check_integrity(self) -> None:
-        for table in (self._requests, self._groups):
+        for table in (self._requests, self._groups, {"all groups": self._all}):
             for key, (s, n) in table.items():
                 assert 0 <= s <= n + 1e-9, f"acceptance counts of {key!r} broken: {s} of {n}"
 

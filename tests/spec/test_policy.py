@@ -78,7 +78,17 @@ def test_tracker_geometric_estimate() -> None:
     tracker.observe("r", "g", 2, 2)  # 2 successes, no failure observed
     assert tracker.accept("r", "g") == pytest.approx(5 / 6)
     tracker.forget("r", "g")
-    assert tracker.accept("r", "g") == pytest.approx(0.5)
+    assert tracker.accept("r", "g") == pytest.approx(5 / 6, abs=1e-3)  # a new group starts from the estimate over all
+
+
+def test_new_groups_start_from_the_rollouts_own_acceptance() -> None:
+    tracker = AcceptanceTracker(PolicyConfig())
+    assert tracker.accept("x", "new") == pytest.approx(0.5)  # nothing observed yet: the configured prior
+    for k in range(200):
+        tracker.observe(f"r{k % 8}", f"g{k % 20}", 4, 3)  # 3 of 4 accepted then a rejection: a = 0.75
+    assert tracker.global_accept() == pytest.approx(0.75, abs=0.01)
+    assert tracker.accept("x", "new") == pytest.approx(0.75, abs=0.01)
+    tracker.check_integrity()
 
 
 def test_errors() -> None:
