@@ -7,7 +7,9 @@ request (``n`` = siblings whose generated length exceeds its own), and accepts d
 probability ``alpha(n)`` (``acceptance.py``). Draft lengths come from the adaptive budget (``speculation.py``).
 At token quantum 1 acceptance is sampled draft token by draft token; at a coarse quantum one simulated step
 stands for many real verification steps, so the accepted count is the expected acceptance length, randomly
-rounded (unbiased). Seeded, so runs are reproducible.
+rounded (unbiased). Seeded, so runs are reproducible. Draft tokens are valued as the engine's speculator values
+them: each request's gains are weighted by its estimated remaining length over the batch mean
+(``critical_weights``), in bins of a quarter octave so a class still holds many requests.
 
 It plugs into ``ScheduledInstance`` through the same hooks as the engine's speculator (``track``,
 ``before_schedule``, ``after_update``, ``forget``); ``SimInstance.execute`` asks ``accepted`` how many drafts the
@@ -23,6 +25,7 @@ from collections import defaultdict
 
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
+from seer.engine.speculator import critical_weights
 from seer.sim.acceptance import AcceptanceModel, expected_accept_len
 from seer.sim.cost_model import CostModel
 from seer.sim.speculation import DraftClass, SimSpecConfig, allocate, apply_drafts, draft_limit
@@ -53,23 +56,22 @@ class ModelSpeculator:
     def before_schedule(self, scheduler: Scheduler) -> None:
         """Give the decoding requests of this instance their drafts for the next step."""
         gamma = self.config.gamma_max
-        cands: list[Request] = []
-        limits: list[int] = []
-        seqs, ctx = 0, 0.0
+        ready: list[Request] = []
         for req in scheduler.running:
             if req.spec_token_ids:
                 req.spec_token_ids = []
-            if req.num_computed_tokens != req.num_tokens - 1:
-                continue  # still prefilling
-            seqs += 1
-            ctx += req.num_computed_tokens + 0.5
-            limit = draft_limit(req, gamma)
-            if limit > 0:
-                cands.append(req)
-                limits.append(limit)
+            if req.num_computed_tokens == req.num_tokens - 1:  # not still prefilling
+                ready.append(req)
+        if not ready:
+            return
+        weights = [_binned(w) for w in critical_weights(ready)]
+        ctx = sum(req.num_computed_tokens + 0.5 for req in ready)
+        cands = [(req, draft_limit(req, gamma), w) for req, w in zip(ready, weights)]
+        cands = [c for c in cands if c[1] > 0]
         if cands:
-            classes = self.classes(cands, limits)
-            allocate(classes, self.cost, self.quantum, seqs, ctx, self.config.draft_cost_s)
+            classes = self.classes(cands)
+            allocate(classes, self.cost, self.quantum, len(ready), ctx, self.config.draft_cost_s,
+                     base_value=sum(weights))
             apply_drafts(classes)
 
     def after_update(self, out: SchedulerOutput, results: dict[str, StepResult], reqs: dict[str, Request]) -> None:
@@ -88,16 +90,17 @@ class ModelSpeculator:
     def _alpha(self, n: int) -> float:
         return self._alpha_cache[n] if n < len(self._alpha_cache) else self.model.alpha(n)
 
-    def classes(self, reqs: list[Request], limits: list[int]) -> list[DraftClass]:
-        """Candidates grouped by (references ahead, probe, draft limit): equal gains ``alpha(n)^j``."""
-        by: dict[tuple[int, bool, int], DraftClass] = {}
-        for req, limit in zip(reqs, limits):
+    def classes(self, cands: list[tuple[Request, int, float]]) -> list[DraftClass]:
+        """Candidates (request, draft limit, weight) grouped by (references ahead, probe, limit, weight): equal
+        gains ``weight * alpha(n)^j``."""
+        by: dict[tuple[int, bool, int, float], DraftClass] = {}
+        for req, limit, weight in cands:
             n = self.refs_ahead(req)
-            key = (n, req.probe, limit)
+            key = (n, req.probe, limit, weight)
             c = by.get(key)
             if c is None:
                 a = self._alpha(n)
-                c = by[key] = DraftClass([a ** j for j in range(1, limit + 1)], [], 0.0, req.probe)
+                c = by[key] = DraftClass([weight * a ** j for j in range(1, limit + 1)], [], 0.0, req.probe)
             c.members.append(req)
             c.context += req.num_computed_tokens + 0.5
             self._alpha_at[req.request_id] = self._alpha(n)
@@ -137,3 +140,8 @@ class ModelSpeculator:
         assert total == len(self.progress), "group progress lists and the progress table differ"
         for lst in self.group_progress.values():
             assert lst == sorted(lst), "group progress list out of order"
+
+
+def _binned(weight: float) -> float:
+    """A weight rounded to a quarter octave (1 stays 1)."""
+    return 2.0 ** (round(4.0 * math.log2(weight)) / 4.0)

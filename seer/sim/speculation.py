@@ -71,16 +71,17 @@ def draft_limit(req: Request, gamma_max: int) -> int:
 
 
 def allocate(classes: list[DraftClass], cost: CostModel, quantum: int, base_seqs: int, base_context: float,
-             draft_cost_s: float = 0.0) -> int:
-    """Grant draft tokens greedily (best gain first, probes first on ties) while expected tokens per second of
-    the step rises; returns tokens granted. ``base_*`` describe the step without drafts (simulated tokens)."""
+             draft_cost_s: float = 0.0, base_value: float | None = None) -> int:
+    """Grant draft tokens greedily (best gain first, probes first on ties) while expected (weighted) tokens per
+    second of the step rises; returns tokens granted. ``base_*`` describe the step without drafts (simulated
+    tokens); ``base_value`` is the weighted value of its plain tokens (``base_seqs`` when gains are unweighted)."""
     if base_seqs <= 0:
         return 0
     ctx_real = base_context * quantum
     tokens, pairs = float(base_seqs), ctx_real
     summary = StepSummary(base_seqs, tokens, ctx_real, pairs)
     t_now = cost.step_time(summary)
-    expect = float(base_seqs)
+    expect = float(base_seqs) if base_value is None else base_value
     heap = [(-c.gains[0], not c.probe, i) for i, c in enumerate(classes) if c.gains]
     heapq.heapify(heap)
     granted = 0

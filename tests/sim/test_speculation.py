@@ -66,3 +66,33 @@ def test_model_speculation_counts(quantum: int) -> None:
                                                                acceptance="paper"))
     s = run.spec
     assert s["drafted"] > 0 and 0 <= s["accepted"] <= s["drafted"] and 1.0 < s["tau"] < 9
+
+
+def test_weighted_gains_send_drafts_to_the_critical_request() -> None:
+    """A busy compute-bound batch: equal weights draft little; a straggler weighted up gets its drafts."""
+    n, ctx, alpha = 1000, 200, 0.6
+    gains = [alpha ** j for j in range(1, 9)]
+    plain = DraftClass(list(gains), reqs(n, ctx), float(n * ctx))
+    allocate([plain], COST, 1, n, float(n * ctx))
+    crowd = DraftClass(list(gains), reqs(n - 1, ctx), float((n - 1) * ctx))
+    straggler = DraftClass([50.0 * g for g in gains], reqs(1, ctx), float(ctx))
+    allocate([crowd, straggler], COST, 1, n, float(n * ctx), base_value=(n - 1) + 50.0)
+    assert straggler.granted >= 6 > plain.granted  # its tokens are worth 50x: it drafts long
+    assert crowd.granted <= plain.granted
+
+
+def test_model_speculator_weights_follow_remaining_hints() -> None:
+    from seer.engine.scheduler import Scheduler, SchedulerConfig
+    from seer.engine.block_manager import BlockManager
+    from seer.sim.model_speculator import ModelSpeculator
+    from seer.sim.speculation import SimSpecConfig
+
+    spec = ModelSpeculator(SimSpecConfig(), paper_model(), COST)
+    sched = Scheduler(SchedulerConfig(), BlockManager(100_000, 16))
+    batch = reqs(1000, 200)
+    for i, r in enumerate(batch):
+        r.group_id = f"g{i % 125}"
+        r.remaining_hint = 5000.0 if i == 0 else 100.0
+        sched.running.append(r)
+    spec.before_schedule(sched)
+    assert len(batch[0].spec_token_ids) > max(len(r.spec_token_ids) for r in batch[1:])
