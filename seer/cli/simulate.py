@@ -118,18 +118,19 @@ def run_cli(args: argparse.Namespace) -> int:
                        context_rank=args.context_rank)
     out = simulate(workload, policies, cluster, constants, config, progress=not args.no_progress,
                    plots_dir=args.plots)
-    _print_summary(out)
     write_json(args.json, out)
+    _print_summary(out)
     return 0
 
 
 def _print_summary(out: dict) -> None:
     speed = out["sim"]["speed"]
+    base = next(k.removeprefix("speedup_vs_") for k in out if k.startswith("speedup_vs_"))
     for name, row in out["policies"].items():
-        sp, tr = out["speedup_vs_verl"].get(name), out["tail_reduction_vs_verl"].get(name)
+        sp, tr = out[f"speedup_vs_{base}"].get(name), out[f"tail_reduction_vs_{base}"].get(name)
         extra = f"  tau {row['spec']['tau']:.2f}" if "spec" in row else ""
         print(f"{name:8s} makespan {row['makespan_s']:9.1f} s  tail {row['tail_s']:8.1f} s  "
-              f"preempt {row['preemptions']:6d}  speedup {sp:5.2f}x  tail -{100 * (tr or 0):4.1f}%  "
+              f"preempt {row['preemptions']:6d}  vs {base} {sp:5.2f}x  tail -{100 * (tr or 0):4.1f}%  "
               f"[{speed[name]['wall_s']:.1f} s, {speed[name]['events_per_s']:.0f} events/s]{extra}")
     if "context_vs_oracle" in out:
         print(f"context reaches {100 * out['context_vs_oracle']:.1f}% of oracle throughput")

@@ -35,6 +35,14 @@ def test_cli_trace_run(tmp_path, capsys) -> None:  # noqa: ANN001
     assert "makespan" in capsys.readouterr().out
 
 
+def test_cli_without_verl_compares_against_the_first_policy(tmp_path, capsys) -> None:  # noqa: ANN001
+    path = tmp_path / "r.json"
+    rc = main(["simulate", "--trace", "data/castillo_sample.jsonl.gz", "--limit", "12", "--instances", "2",
+               "--policies", "seer", "--json", str(path), "--no-progress"])
+    assert rc == 0 and json.loads(path.read_text())["speedup_vs_seer"] == {"seer": 1.0}
+    assert "vs seer  1.00x" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, msg", [
     (["--workload", "nope"], "unknown workload 'nope'"),
     (["--workload", "moonlight", "--trace", "x.jsonl"], "exactly one of"),
