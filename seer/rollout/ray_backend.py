@@ -174,7 +174,13 @@ class RayBackend:
         for iid in range(self.config.instances):
             ws = WorkerSpec(iid, self.model, self.engine_kwargs, ("", "", 0), spec, profile)
             actor = actor_cls.remote(ws)
-            snap = ray.get(actor.snapshot.remote(), timeout=CALL_TIMEOUT_S)
+            try:
+                snap = ray.get(actor.snapshot.remote(), timeout=CALL_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError:
+                raise RuntimeError(
+                    f"Ray actor for instance {iid} did not start within {CALL_TIMEOUT_S:.0f} s: the cluster may lack "
+                    f"{self.cpus_per_actor} free CPUs for it (SEER_RAY_CPUS_PER_ACTOR), or other load starves it "
+                    f"(Ray runs workers at a lower priority)") from None
             self.proxies[iid] = ActorProxy(iid, actor, snap, handoff)
         self._key = spec
 

@@ -1,0 +1,34 @@
+"""The Ray backend's start-up: an actor that never answers gives an error naming the likely causes."""
+
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("ray")
+
+from seer.rollout.coordinator import RolloutConfig  # noqa: E402
+from seer.rollout.ray_backend import RayBackend  # noqa: E402
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _starved_ray() -> SimpleNamespace:
+    """A stand-in for the ray module whose actors never answer."""
+    handle = SimpleNamespace(snapshot=SimpleNamespace(remote=lambda: "ref"))
+    actor_cls = SimpleNamespace(remote=lambda spec: handle)
+
+    def get(ref, timeout=None):
+        raise _Timeout()
+
+    return SimpleNamespace(remote=lambda **kw: (lambda cls: actor_cls), get=get, kill=lambda a: None,
+                           exceptions=SimpleNamespace(GetTimeoutError=_Timeout))
+
+
+def test_an_actor_that_never_starts_is_a_clear_error() -> None:
+    backend = RayBackend.__new__(RayBackend)
+    backend.ray, backend.model, backend.config = _starved_ray(), "m", RolloutConfig(instances=1)
+    backend.engine_kwargs, backend.cpus_per_actor, backend.proxies, backend._key = {}, 0.5, {}, "unset"
+    with pytest.raises(RuntimeError, match=r"instance 0 did not start within 600 s.*0.5 free CPUs.*lower priority"):
+        backend._spawn(SimpleNamespace(speculative=False))
