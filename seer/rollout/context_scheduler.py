@@ -236,15 +236,18 @@ class ContextOrdering(Ordering):
     def _measured_spread(self) -> float:
         return math.sqrt(self._ss / self._dof) if self._dof >= self.MIN_SPREAD_DOF else self.config.spread_prior
 
-    def estimated_remaining(self, req: RolloutRequest, group: Group) -> float:
-        """The `hedge` quantile of the tokens `req` still has to generate, from its group's finished siblings."""
-        n = len(group.finished_lengths)
-        if n == 0:
-            return req.max_tokens - req.generated + 0.5  # L_g = max_tokens: above every known group
+    def _length_model(self, group: Group) -> tuple[float, float]:
+        """(median, predictive sd of log length) of a group with a finished sibling; the median is cached."""
         center = self._centers.get(group.group_id)
         if center is None:
             center = self._centers[group.group_id] = censored_median(group, self.spread)
-        sigma = self.spread * math.sqrt(1.0 + 1.0 / n)
+        return center, self.spread * math.sqrt(1.0 + 1.0 / len(group.finished_lengths))
+
+    def estimated_remaining(self, req: RolloutRequest, group: Group) -> float:
+        """The `hedge` quantile of the tokens `req` still has to generate, from its group's finished siblings."""
+        if not group.finished_lengths:
+            return req.max_tokens - req.generated + 0.5  # L_g = max_tokens: above every known group
+        center, sigma = self._length_model(group)
         if runaway_posterior(center, req.generated, sigma, self.config.runaway_prior) > 1.0 - self.config.hedge:
             return float(req.max_tokens - req.generated)  # the hedge quantile is the runaway's: max_tokens
         return quantile_remaining(center, req.generated, sigma, self.config.hedge, req.max_tokens)
@@ -270,10 +273,7 @@ class ContextOrdering(Ordering):
         """The expected remaining length (runaway share included); None before any sibling has finished."""
         if not group.finished_lengths:
             return None
-        center = self._centers.get(group.group_id)
-        if center is None:
-            center = self._centers[group.group_id] = censored_median(group, self.spread)
-        sigma = self.spread * math.sqrt(1.0 + 1.0 / len(group.finished_lengths))
+        center, sigma = self._length_model(group)
         post = runaway_posterior(center, req.generated, sigma, self.config.runaway_prior)
         typical = mean_remaining(center, req.generated, sigma, req.max_tokens)
         return post * (req.max_tokens - req.generated) + (1.0 - post) * typical
