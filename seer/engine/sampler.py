@@ -77,7 +77,8 @@ class Sampler:
         Works on the most probable few dozen or hundred tokens (a top-k) instead of sorting the vocabulary
         (49k-152k), which cost more than the rest of a decode step. A row filtered by top_p alone is covered
         once those candidates' mass reaches top_p (the first token outside has at least top_p before it);
-        otherwise the whole vocabulary is sorted. With ``log_z`` the rows are unnormalised (logits - log_z).
+        otherwise the whole vocabulary is sorted. With ``log_z``, the rows are unnormalised log-probabilities
+        (shifted logits) and ``log_z`` is their log-normaliser.
         """
         vocab = logprobs.shape[-1]
         p_only = [j for j, r in enumerate(rows) if r.top_k <= 0]
