@@ -10,27 +10,28 @@ The estimate (`ContextOrdering.estimated_remaining`, request r of group g, gener
 - No sibling finished yet: the paper's L_g = max_tokens, so the remaining is max_tokens - g_r. Such groups go
   before every group with a finished sibling, and among them the least advanced request goes first.
 - Some siblings finished: lengths within a group are modelled as log-normal around the group's median m_g with
-  the within-group spread s. m_g is the maximum-likelihood median given the finished siblings (observed) and the
-  unfinished ones (right-censored at their generated length: they are known to be longer), so a group whose
-  first finisher was its shortest member is not mistaken for a short group. The remaining is the `hedge`
-  quantile (0.99) of L_r - g_r given L_r > g_r, with the predictive spread s * sqrt(1 + 1/n_finished). A
-  quantile, not the mean, because the makespan is a maximum: a request that has outgrown its finished siblings
+  the within-group spread s (`seer/rollout/length_model.py`). m_g is the maximum-likelihood median given the
+  finished siblings (observed) and the unfinished ones (right-censored at their generated length: they are known
+  to be longer), so a group whose first finisher was its shortest member is not mistaken for a short group. The
+  remaining is a high quantile of L_r - g_r given L_r > g_r, with the predictive spread s * sqrt(1 + 1/n_finished).
+  A quantile, not the mean, because the makespan is a maximum: a request that has outgrown its finished siblings
   keeps a large remaining estimate instead of dropping to zero (the point estimate "L_g - g_r" starves exactly
-  the longest sibling of a group whose probe was short, which is what made the tail).
+  the longest sibling of a group whose probe was short, which is what made the tail). The quantile covers the
+  longest of the group's k unfinished siblings with probability `hedge` (0.99): per request it is the
+  hedge ** (1 / k) quantile. Siblings ranked alike are dispatched together, and it is the longest of them that
+  can end the rollout late; as siblings finish, k falls and so does the estimate.
 - Runaways: a small share of responses degenerate (repeat or emit noise) and run to max_tokens whatever their
   siblings did (math_cot has one of 400: 2,110 tokens of noise beside siblings of 164-282). Lengths are modelled
   as that share (`runaway_prior`) plus the log-normal; once a request has outgrown its group so far that the
-  posterior probability of being a runaway exceeds 1 - hedge, the hedge quantile is the runaway's remaining
-  length, max_tokens - generated.
-- s is learned online: the pooled within-group variance of log length over the groups completed so far in this
-  rollout (all members finished, so unbiased), `spread_prior` (0.30, the CASTILLO traces' within-group value,
-  see seer/sim/fitted.json) until 16 degrees of freedom exist. Keys are refreshed when a sibling finishes (the
-  group's buffered requests) and when s moves by more than 10% (every buffered request).
+  posterior probability of being a runaway exceeds 1 - hedge, its remaining is the runaway's, max_tokens - generated.
+- s is learned online from every group with a finished sibling, the unfinished siblings censored
+  (`censored_spread`, EM), refitted each time the number of finished responses grows by 5%; `spread_prior` (0.30,
+  the CASTILLO traces' within-group value, see seer/sim/fitted.json) until 16 degrees of freedom exist. Completed
+  groups alone would do (all members finished) were they not the narrow ones mid-rollout: on the qwen2vl-72b
+  preset that estimate stayed biased low and cost 3 points of context / oracle. Keys are refreshed when a sibling
+  finishes (the group's buffered requests) and when s moves by more than 10% (every buffered request).
 No true length is used. The default stays `rank="group"`, the paper-literal order: groups by L_g (longest
-finished sibling, max_tokens before any finishes), members by arrival. In the simulator (with the runaway
-share) `remaining` reaches 0.947 / 0.937 / 0.927 of oracle on the moonlight / qwen2vl-72b / kimi-k2 presets
-and 0.951 on math_cot, against 0.925 / 0.932 / 0.872 / 0.926 for `group`, and 0.770 against 0.779 on the
-mixed-source CASTILLO sample (README). A starvation guard serves the
+finished sibling, max_tokens before any finishes), members by arrival. A starvation guard serves the
 longest-waiting request every `guard_every` dispatches, or whenever it has waited more than `max_wait` dispatches.
 
 Orderings: `context` (the above), `fifo` (divided rollout without context) and `oracle` (longest true remaining
@@ -48,9 +49,16 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any, ClassVar
 
+from seer.rollout.length_model import (
+    censored_median,
+    censored_spread,
+    group_logs,
+    mean_remaining,
+    quantile_remaining,
+    runaway_posterior,
+)
 from seer.rollout.types import Group, RolloutRequest
 
 _Entry = tuple[Any, ...]  # (key..., ticket, request): tickets are unique, so comparison never reaches the request
@@ -219,6 +227,7 @@ class ContextOrdering(Ordering):
 
     name = "context"
     MIN_SPREAD_DOF = 16  # within-group degrees of freedom before the rollout's own spread replaces the prior
+    REFIT_GROWTH = 1.05  # refit the spread each time the finished count has grown by 5% (O(log n) refits)
 
     def __init__(self, config: OrderingConfig | None = None) -> None:
         super().__init__(config)
@@ -230,11 +239,19 @@ class ContextOrdering(Ordering):
         self._centers: dict[int, float] = {}  # group -> censored-MLE median length (cache, dropped on finish)
         self._ss = 0.0  # pooled within-group sum of squares of log length over completed groups
         self._dof = 0
+        self._partial: dict[int, Group] = {}  # groups with a finished sibling that are not complete
+        self._finishes = 0
+        self._next_refit = 1  # refit the spread when this many siblings have finished (geometric schedule)
+        self._estimate = self.config.spread_prior  # the EM's state, carried across refits
         self.spread = self.config.spread_prior  # the within-group spread the current keys were computed with
 
     # ---- the estimate ------------------------------------------------------------------------------------
-    def _measured_spread(self) -> float:
-        return math.sqrt(self._ss / self._dof) if self._dof >= self.MIN_SPREAD_DOF else self.config.spread_prior
+    def _refit_spread(self) -> float:
+        """The within-group spread from every group with a finished sibling, unfinished ones censored
+        (``censored_spread``); the prior until MIN_SPREAD_DOF degrees of freedom exist."""
+        partial = (group_logs(g) for g in self._partial.values())
+        self._estimate, dof = censored_spread(partial, self._estimate, self._ss, self._dof)
+        return self._estimate if dof >= self.MIN_SPREAD_DOF else self.config.spread_prior
 
     def _length_model(self, group: Group) -> tuple[float, float]:
         """(median, predictive sd of log length) of a group with a finished sibling; the median is cached."""
@@ -244,13 +261,15 @@ class ContextOrdering(Ordering):
         return center, self.spread * math.sqrt(1.0 + 1.0 / len(group.finished_lengths))
 
     def estimated_remaining(self, req: RolloutRequest, group: Group) -> float:
-        """The `hedge` quantile of the tokens `req` still has to generate, from its group's finished siblings."""
+        """What `req` still has to generate, hedged: the quantile at which the longest of its group's k unfinished
+        siblings stays below it with probability `hedge` (level hedge ** (1 / k)), from the finished siblings."""
         if not group.finished_lengths:
             return req.max_tokens - req.generated + 0.5  # L_g = max_tokens: above every known group
         center, sigma = self._length_model(group)
         if runaway_posterior(center, req.generated, sigma, self.config.runaway_prior) > 1.0 - self.config.hedge:
             return float(req.max_tokens - req.generated)  # the hedge quantile is the runaway's: max_tokens
-        return quantile_remaining(center, req.generated, sigma, self.config.hedge, req.max_tokens)
+        level = self.config.hedge ** (1.0 / max(1, group.size - len(group.finished_lengths)))
+        return quantile_remaining(center, req.generated, sigma, level, req.max_tokens)
 
     # ---- heaps -------------------------------------------------------------------------------------------
     def _store(self, req: RolloutRequest, group: Group) -> None:
@@ -281,12 +300,18 @@ class ContextOrdering(Ordering):
     def on_group_update(self, group: Group) -> None:
         self._centers.pop(group.group_id, None)
         respread = False
-        if group.done and group.size > 1:
-            logs = [math.log(max(n, 1)) for n in group.finished_lengths]
+        self._finishes += 1
+        if group.done:
+            self._partial.pop(group.group_id, None)
+            logs = group_logs(group)[0]
             mean = sum(logs) / len(logs)
             self._ss += sum((x - mean) ** 2 for x in logs)
             self._dof += len(logs) - 1
-            measured = self._measured_spread()
+        else:
+            self._partial[group.group_id] = group
+        if self._finishes >= self._next_refit:
+            self._next_refit = max(self._finishes + 1, math.ceil(self._finishes * self.REFIT_GROWTH))
+            measured = self._refit_spread()
             if measured > 0 and abs(measured - self.spread) > 0.1 * self.spread:
                 self.spread, respread = measured, True
                 self._centers.clear()
@@ -376,86 +401,6 @@ class _GroupMajor:
             if _tickets(heap):
                 assert gid in self._listed, f"context: group {gid} has waiting requests but is not listed"
         return [t for heap in self._members.values() for t in _tickets(heap)]
-
-
-_NORMAL = NormalDist()
-_SQRT2 = math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-
-
-def _mills(a: float) -> tuple[float, float]:
-    """Inverse Mills ratio phi(a) / (1 - Phi(a)) and its derivative (in (0, 1))."""
-    tail = 0.5 * math.erfc(a / _SQRT2)
-    lam = math.exp(-0.5 * a * a) * _INV_SQRT_2PI / tail if tail > 1e-300 else a + 1.0 / max(a, 1e-9)
-    return lam, min(max(lam * (lam - a), 1e-12), 1.0)
-
-
-def censored_median(group: Group, sigma: float) -> float:
-    """Maximum-likelihood median of a group's lengths under LogNormal(mu, sigma): finished siblings are
-    observations, unfinished ones right-censored at their generated length. Newton on the score
-    sum(x - mu) + sigma * sum(lambda((c - mu) / sigma)), which falls monotonically in mu, inside a bracket."""
-    xs = [math.log(max(n, 1)) for n in group.finished_lengths]
-    cs = [math.log(r.generated) for r in group.requests if not r.finished and r.generated > 0]
-    if not xs:
-        raise ValueError(f"group {group.group_id}: no finished sibling to estimate from")
-    lo, hi = min(xs) - 1.0, max(xs + cs) + 8.0 * sigma + 1.0
-    mu = sum(xs) / len(xs)
-    for _ in range(50):
-        score, slope = sum(xs) - len(xs) * mu, -float(len(xs))
-        for c in cs:
-            lam, dlam = _mills((c - mu) / sigma)
-            score += sigma * lam
-            slope -= dlam
-        if score > 0:
-            lo = mu
-        else:
-            hi = mu
-        step = mu - score / slope
-        if abs(score) < 1e-9 or hi - lo < 1e-9:
-            break
-        mu = step if lo < step < hi else 0.5 * (lo + hi)
-    return math.exp(mu)
-
-
-def runaway_posterior(center: float, generated: int, sigma: float, prior: float) -> float:
-    """P(a request is a runaway that will run to max_tokens | it has generated `generated` tokens), when its
-    group's lengths are LogNormal(ln center, sigma) except for a `prior` share of degenerate responses."""
-    if prior <= 0 or generated <= 0:
-        return prior
-    a = (math.log(generated) - math.log(max(center, 1e-9))) / sigma
-    survive = 0.5 * math.erfc(a / _SQRT2)
-    return prior / (prior + (1.0 - prior) * survive)
-
-
-def mean_remaining(center: float, generated: int, sigma: float, cap: int) -> float:
-    """E[min(L, cap) - generated | L > generated] for L ~ LogNormal(ln center, sigma) (the cap applied to the
-    conditional mean, which is close enough for a priority)."""
-    mu = math.log(max(center, 1e-9))
-    mean = math.exp(mu + 0.5 * sigma * sigma)
-    if generated <= 0:
-        return min(float(cap), mean)
-    a = (math.log(generated) - mu) / sigma
-    tail = 0.5 * math.erfc(a / _SQRT2)
-    if tail > 1e-12:
-        cond = mean * 0.5 * math.erfc((a - sigma) / _SQRT2) / tail
-    else:  # deep in the tail the excess over `generated` is about generated * sigma / a
-        cond = generated * (1.0 + sigma / a)
-    return max(min(float(cap), cond) - generated, 0.0)
-
-
-def quantile_remaining(center: float, generated: int, sigma: float, level: float, cap: int) -> float:
-    """The `level` quantile of L - generated for L ~ LogNormal(ln center, sigma) conditioned on L > generated,
-    with L capped at `cap` (max_tokens)."""
-    mu = math.log(max(center, 1e-9))
-    if generated <= 0:
-        return min(float(cap), math.exp(mu + sigma * _NORMAL.inv_cdf(level)))
-    a = (math.log(generated) - mu) / sigma
-    tail = 0.5 * math.erfc(a / _SQRT2)
-    if tail > 1e-12:
-        z = _NORMAL.inv_cdf(1.0 - (1.0 - level) * tail)
-    else:  # far in the tail the conditional excess of a standard normal is ~ exponential with rate a
-        z = a - math.log(1.0 - level) / a
-    return min(float(cap), math.exp(mu + sigma * z)) - generated
 
 
 ORDERINGS: dict[str, type[Ordering]] = {cls.name: cls for cls in (FifoOrdering, ContextOrdering, OracleOrdering)}

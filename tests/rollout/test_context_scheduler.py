@@ -6,15 +6,8 @@ import math
 
 import pytest
 
-from seer.rollout.context_scheduler import (
-    ORDERINGS,
-    OrderingConfig,
-    censored_median,
-    make_ordering,
-    mean_remaining,
-    quantile_remaining,
-    runaway_posterior,
-)
+from seer.rollout.context_scheduler import ORDERINGS, OrderingConfig, make_ordering
+from seer.rollout.length_model import censored_median, quantile_remaining
 from seer.rollout.request_buffer import RequestBuffer
 
 from .helpers import order, run_chunk
@@ -182,9 +175,6 @@ def test_censored_siblings_raise_the_group_median() -> None:
     for i in (1, 2, 3):
         run_chunk(buf, 0, i, 30)                             # three siblings already longer than the probe
     assert censored_median(group, 0.3) > 30
-    assert quantile_remaining(20, 0, 0.3, 0.99, 100) == pytest.approx(20 * math.exp(0.3 * 2.3263), rel=1e-3)
-    assert 0 < quantile_remaining(20, 80, 0.3, 0.99, 100) <= 20  # far past the median: small, never zero
-    assert quantile_remaining(20, 99, 0.3, 0.99, 100) == pytest.approx(1)
 
 
 def test_spread_is_learned_from_completed_groups() -> None:
@@ -195,6 +185,46 @@ def test_spread_is_learned_from_completed_groups() -> None:
         for i, n in enumerate((10, 20, 40)):  # log sd ln(2): wider than the prior
             run_chunk(buf, gid, i, n, finished=True)
     assert ordering.spread == pytest.approx(math.log(2), rel=1e-6)
+    buf.check_integrity()
+
+
+def test_spread_counts_siblings_still_running() -> None:
+    """Mid-rollout, the groups that completed are the narrow ones; a long sibling still running is censored
+    evidence of a wider spread and must raise the estimate before its group completes."""
+    buf = context_buffer(groups=13, size=3, max_tokens=10**6, rank="remaining")
+    ordering = buf.ordering
+    ordering.REFIT_GROWTH = 1.0  # refit at every finish (the default refits geometrically)
+    for gid in range(12):
+        run_chunk(buf, gid, 0, 100, finished=True)
+        run_chunk(buf, gid, 1, 100, finished=True)
+    for gid in range(8):
+        run_chunk(buf, gid, 2, 104, finished=True)   # 8 complete groups of near-identical lengths
+    narrow = ordering.spread
+    assert narrow < 0.1
+    for gid in range(8, 12):
+        run_chunk(buf, gid, 2, 2000)                 # the other 4 have a sibling already 20x longer
+    assert ordering.spread == narrow                 # nothing finished: no refit yet
+    run_chunk(buf, 12, 0, 100, finished=True)        # the next finish refits and sees the censored ones
+    assert ordering.spread > 3 * narrow
+    buf.check_integrity()
+
+
+def test_group_hedge_covers_the_longest_unfinished_sibling() -> None:
+    """Siblings that start together are ranked by the hedge quantile of the longest of them: with k unfinished
+    siblings the per-request level is hedge ** (1 / k), so the estimate falls as siblings finish."""
+    buf = context_buffer(groups=1, size=8, max_tokens=10**6, rank="remaining")
+    ordering, group = buf.ordering, buf.groups[0]
+    run_chunk(buf, 0, 0, 100, finished=True)
+    req = group.requests[7]
+    sigma = 0.3 * math.sqrt(2.0)  # the prior spread, widened for one finished sibling
+    assert ordering.estimated_remaining(req, group) == pytest.approx(
+        quantile_remaining(100, 0, sigma, 0.99 ** (1 / 7), 10**6))
+    wide = ordering.estimated_remaining(req, group)
+    for i in range(1, 7):
+        run_chunk(buf, 0, i, 100, finished=True)
+    assert ordering.estimated_remaining(req, group) < wide
+    assert ordering.estimated_remaining(req, group) == pytest.approx(
+        quantile_remaining(100, 0, 0.3 * math.sqrt(1 + 1 / 7), 0.99, 10**6))
     buf.check_integrity()
 
 
@@ -218,21 +248,6 @@ def test_paper_literal_group_rank() -> None:
     buf.check_integrity()
     with pytest.raises(ValueError, match="unknown context rank"):
         OrderingConfig(rank="shortest")
-
-
-def test_runaway_posterior_and_mean_remaining() -> None:
-    """A request far past its group's lengths is most likely a runaway; near the median it is not."""
-    assert runaway_posterior(100, 60, 0.3, 0.0025) < 0.01
-    assert runaway_posterior(100, 300, 0.3, 0.0025) > 0.5
-    assert runaway_posterior(100, 300, 0.3, 0.0) == 0.0
-    # E[L - g | L > g] for LogNormal(ln 100, 0.3), against a direct numerical integral
-    sigma, g = 0.3, 120
-    xs = [g + 0.5 * k for k in range(1, 4000)]
-    dens = [math.exp(-0.5 * ((math.log(x) - math.log(100)) / sigma) ** 2) / (x * sigma) for x in xs]
-    expected = sum((x - g) * d for x, d in zip(xs, dens)) / sum(dens)
-    assert mean_remaining(100, g, sigma, 10**6) == pytest.approx(expected, rel=0.02)
-    assert mean_remaining(100, 0, sigma, 10**6) == pytest.approx(100 * math.exp(0.045))
-    assert mean_remaining(100, 990, sigma, 1000) == pytest.approx(10)  # never past max_tokens
 
 
 def test_outgrown_request_is_ranked_as_a_runaway() -> None:
