@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from seer.cli.common import resolve_model, write_json
+from seer.rollout.context_scheduler import CONTEXT_RANKS, OrderingConfig
 
 
 def add_rollout_args(p: argparse.ArgumentParser) -> None:
@@ -25,8 +26,8 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--instances", type=int, default=2)
     p.add_argument("--backend", default="inprocess", choices=["inprocess", "local", "ray"])
     p.add_argument("--chunk-tokens", type=int, default=128)
-    p.add_argument("--context-rank", default="group", choices=["group", "remaining"],
-                   help="context ordering of non-probes: the paper's group order, or hedged remaining length")
+    p.add_argument("--context-rank", default=OrderingConfig.rank, choices=CONTEXT_RANKS,
+                   help="context ordering of non-probes: hedged remaining length, or the paper's group order")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default 1.0; a length-only --trace defaults to each group's "

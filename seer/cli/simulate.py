@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from seer.cli.common import write_json
+from seer.rollout.context_scheduler import CONTEXT_RANKS, OrderingConfig
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,8 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                                    "presets, max_tokens/8 for traces)")
     run.add_argument("--quantum", type=int, default=0, help="real tokens per simulated token (0: automatic)")
     run.add_argument("--acceptance", default="auto", help="auto, replay, paper, math_cot")
-    run.add_argument("--context-rank", default="group", choices=["group", "remaining"],
-                     help="context ordering of non-probes: the paper's group order, or hedged remaining length")
+    run.add_argument("--context-rank", default=OrderingConfig.rank, choices=CONTEXT_RANKS,
+                     help="context ordering of non-probes: hedged remaining length, or the paper's group order")
     run.add_argument("--json", default=None, help="write the report here")
     run.add_argument("--plots", default=None, help="write PNG plots into this directory")
     run.add_argument("--no-progress", action="store_true")

@@ -30,9 +30,12 @@ The estimate (`ContextOrdering.estimated_remaining`, request r of group g, gener
   groups alone would do (all members finished) were they not the narrow ones mid-rollout: on the qwen2vl-72b
   preset that estimate stayed biased low and cost 3 points of context / oracle. Keys are refreshed when a sibling
   finishes (the group's buffered requests) and when s moves by more than 10% (every buffered request).
-No true length is used. The default stays `rank="group"`, the paper-literal order: groups by L_g (longest
-finished sibling, max_tokens before any finishes), members by arrival. A starvation guard serves the
-longest-waiting request every `guard_every` dispatches, or whenever it has waited more than `max_wait` dispatches.
+No true length is used. This is the default (`rank="remaining"`). `rank="group"` is the paper-literal order:
+groups by L_g (longest finished sibling, max_tokens before any finishes), members by arrival. In the simulator
+`remaining` reaches 0.975 / 0.975 / 0.949 of oracle on the moonlight / qwen2vl-72b / kimi-k2 presets against
+0.925 / 0.932 / 0.872 for `group`; on the real engine the two are within run-to-run noise (README). A
+starvation guard serves the longest-waiting request every `guard_every` dispatches, or whenever it has waited
+more than `max_wait` dispatches.
 
 Orderings: `context` (the above), `fifo` (divided rollout without context) and `oracle` (longest true remaining
 length first: an upper reference that needs replayed lengths). All are heaps with lazy deletion: each push
@@ -61,6 +64,7 @@ from seer.rollout.length_model import (
 )
 from seer.rollout.types import Group, RolloutRequest
 
+CONTEXT_RANKS = ("remaining", "group")
 _Entry = tuple[Any, ...]  # (key..., ticket, request): tickets are unique, so comparison never reaches the request
 
 
@@ -70,14 +74,14 @@ class OrderingConfig:
 
     guard_every: int = 64  # every K-th dispatch serves the longest-waiting request (0: never)
     max_wait: int | None = None  # serve any request that has waited more than W dispatches (None: never)
-    rank: str = "group"  # "group" (paper-literal L_g order) or "remaining" (hedged remaining length, see above)
+    rank: str = "remaining"  # "remaining" (hedged remaining length, see above) or "group" (paper-literal L_g order)
     spread_prior: float = 0.30  # within-group sd of log length until the rollout has measured its own
     hedge: float = 0.99  # quantile of a request's remaining length that ranks it
     runaway_prior: float = 0.0025  # share of responses that degenerate and run to max_tokens (math_cot: 1/400)
 
     def __post_init__(self) -> None:
-        if self.rank not in ("remaining", "group"):
-            raise ValueError(f"unknown context rank {self.rank!r}; known: remaining, group")
+        if self.rank not in CONTEXT_RANKS:
+            raise ValueError(f"unknown context rank {self.rank!r}; known: {', '.join(CONTEXT_RANKS)}")
         if self.spread_prior <= 0 or not 0.5 <= self.hedge < 1:
             raise ValueError("spread_prior must be > 0 and hedge in [0.5, 1)")
         if not 0 <= self.runaway_prior < 1:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from seer.rollout.context_scheduler import CONTEXT_RANKS
 from seer.sim.fitted import preset_setup
 from seer.sim.simulate import SimConfig, simulate
 from seer.sim.workloads import PRESETS
@@ -73,11 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--plots", default=None, help="directory: one subdirectory of PNGs per workload")
     ap.add_argument("--quantum", type=int, default=0)
+    ap.add_argument("--context-rank", default=SimConfig.context_rank, choices=CONTEXT_RANKS,
+                    help="context ordering of non-probes (OrderingConfig.rank)")
     args = ap.parse_args(argv)
     results = {}
     for name in args.workloads.split(","):
         plots = str(Path(args.plots) / name) if args.plots else None
-        results[name] = reproduce_preset(name, SimConfig(quantum=args.quantum, record=plots is not None),
+        results[name] = reproduce_preset(name, SimConfig(quantum=args.quantum, record=plots is not None,
+                                                                   context_rank=args.context_rank),
                                          progress=sys.stderr.isatty(), plots_dir=plots)
         print(f"{name}: {json.dumps(results[name]['prediction'])}", flush=True)
     print(markdown(results))

@@ -41,7 +41,7 @@ class SimConfig:
     spec: SimSpecConfig = field(default_factory=SimSpecConfig)
     acceptance: str = "auto"           # "replay" (suffix trees; token ids, quantum 1) or an acceptance model name
     guard_every: int = 64
-    context_rank: str = "group"         # context ordering of non-probes (OrderingConfig.rank)
+    context_rank: str = OrderingConfig.rank  # context ordering of non-probes
     check: bool = False                # integrity checks after every step (tests)
     record: bool = True                # per-step timelines for the plots
 

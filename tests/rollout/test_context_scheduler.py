@@ -163,7 +163,7 @@ def test_request_beyond_its_finished_sibling_keeps_a_large_estimate() -> None:
     run_chunk(buf, 0, 0, 20, finished=True)  # L_0 = 20
     run_chunk(buf, 1, 0, 12, finished=True)  # L_1 = 12
     run_chunk(buf, 0, 1, 30)                 # 30 > L_0 and still running
-    assert order(buf) == [(0, 2), (0, 1), (1, 1), (1, 2)]
+    assert order(buf) == [(0, 1), (0, 2), (1, 1), (1, 2)]
     buf.check_integrity()
 
 
