@@ -357,7 +357,8 @@ class ContextOrdering(Ordering):
         others = self._legacy.tickets() if self._legacy is not None else _tickets(self._others)
         main = _tickets(self._probes) + others
         assert sorted(main) == sorted(_tickets(self._waiting)), "context: guard heap out of sync"
-        assert self.spread > 0 and self._dof >= 0 and self._ss >= 0, "context: spread estimate corrupt"
+        assert self.spread > 0 and self._estimate > 0 and self._dof >= 0 and self._ss >= 0, "context: spread corrupt"
+        assert all(g.finished_lengths and not g.done for g in self._partial.values()), "context: partial groups stale"
         return main
 
 
