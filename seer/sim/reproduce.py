@@ -80,9 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = {}
     for name in args.workloads.split(","):
         plots = str(Path(args.plots) / name) if args.plots else None
-        results[name] = reproduce_preset(name, SimConfig(quantum=args.quantum, record=plots is not None,
-                                                                   context_rank=args.context_rank),
-                                         progress=sys.stderr.isatty(), plots_dir=plots)
+        config = SimConfig(quantum=args.quantum, record=plots is not None, context_rank=args.context_rank)
+        results[name] = reproduce_preset(name, config, progress=sys.stderr.isatty(), plots_dir=plots)
         print(f"{name}: {json.dumps(results[name]['prediction'])}", flush=True)
     print(markdown(results))
     if args.json:
