@@ -84,8 +84,10 @@ class OrderingConfig:
             raise ValueError(f"unknown context rank {self.rank!r}; known: {', '.join(CONTEXT_RANKS)}")
         if self.spread_prior <= 0 or not 0.5 <= self.hedge < 1:
             raise ValueError("spread_prior must be > 0 and hedge in [0.5, 1)")
-        if not 0 <= self.runaway_prior < 1:
-            raise ValueError("runaway_prior must be in [0, 1)")
+        if not 0 <= self.runaway_prior < 1 - self.hedge:
+            raise ValueError(f"runaway_prior must be in [0, 1 - hedge) = [0, {1 - self.hedge:g}): a request's "
+                             "runaway odds never fall below the prior, so a larger one ranks every request as a "
+                             "runaway")
 
 
 class Ordering(ABC):

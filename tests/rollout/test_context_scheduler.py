@@ -250,6 +250,14 @@ def test_paper_literal_group_rank() -> None:
         OrderingConfig(rank="shortest")
 
 
+def test_a_runaway_prior_above_one_minus_hedge_is_refused() -> None:
+    """Runaway odds never fall below the prior, so with prior >= 1 - hedge every request would rank as a runaway
+    (max_tokens - generated: least advanced first), silently turning the order into round robin."""
+    OrderingConfig(hedge=0.99, runaway_prior=0.0025)
+    with pytest.raises(ValueError, match=r"runaway_prior must be in \[0, 1 - hedge\)"):
+        OrderingConfig(hedge=0.999, runaway_prior=0.0025)
+
+
 def test_outgrown_request_is_ranked_as_a_runaway() -> None:
     """math_cot's straggler: 2,110 tokens of noise beside siblings of 164-282. Once a request is far past its
     finished siblings its hedged remaining is the runaway's (max_tokens - generated) and its hint grows."""
