@@ -245,7 +245,6 @@ class ContextOrdering(Ordering):
         self._centers: dict[int, float] = {}  # group -> censored-MLE median length (cache, dropped on finish)
         self._ss = 0.0  # pooled within-group sum of squares of log length over completed groups
         self._dof = 0
-        self._partial: dict[int, Group] = {}  # groups with a finished sibling that are not complete
         self._finishes = 0
         self._next_refit = 1  # refit the spread when this many siblings have finished (geometric schedule)
         self._estimate = self.config.spread_prior  # the EM's state, carried across refits
@@ -255,7 +254,7 @@ class ContextOrdering(Ordering):
     def _refit_spread(self) -> float:
         """The within-group spread from every group with a finished sibling, unfinished ones censored
         (``censored_spread``); the prior until MIN_SPREAD_DOF degrees of freedom exist."""
-        partial = (group_logs(g) for g in self._partial.values())
+        partial = (group_logs(g) for g in self._groups.values() if g.finished_lengths and not g.done)
         self._estimate, dof = censored_spread(partial, self._estimate, self._ss, self._dof)
         return self._estimate if dof >= self.MIN_SPREAD_DOF else self.config.spread_prior
 
@@ -307,14 +306,11 @@ class ContextOrdering(Ordering):
         self._centers.pop(group.group_id, None)
         respread = False
         self._finishes += 1
-        if group.done:
-            self._partial.pop(group.group_id, None)
+        if group.done:  # complete groups enter the spread exactly, once
             logs = group_logs(group)[0]
             mean = sum(logs) / len(logs)
             self._ss += sum((x - mean) ** 2 for x in logs)
             self._dof += len(logs) - 1
-        else:
-            self._partial[group.group_id] = group
         if self._finishes >= self._next_refit:
             self._next_refit = max(self._finishes + 1, math.ceil(self._finishes * self.REFIT_GROWTH))
             measured = self._refit_spread()
@@ -360,7 +356,6 @@ class ContextOrdering(Ordering):
         main = _tickets(self._probes) + others
         assert sorted(main) == sorted(_tickets(self._waiting)), "context: guard heap out of sync"
         assert self.spread > 0 and self._estimate > 0 and self._dof >= 0 and self._ss >= 0, "context: spread corrupt"
-        assert all(g.finished_lengths and not g.done for g in self._partial.values()), "context: partial groups stale"
         return main
 
 
