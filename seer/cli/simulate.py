@@ -45,6 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                                    "presets, max_tokens/8 for traces)")
     run.add_argument("--quantum", type=int, default=0, help="real tokens per simulated token (0: automatic)")
     run.add_argument("--acceptance", default="auto", help="auto, replay, paper, math_cot")
+    run.add_argument("--accept-scale", type=float, default=1.0,
+                     help="scale the acceptance model's tokens gained per verification (tau - 1), e.g. 0.5")
     run.add_argument("--context-rank", default=OrderingConfig.rank, choices=CONTEXT_RANKS,
                      help="context ordering of non-probes: hedged remaining length, or the paper's group order")
     run.add_argument("--json", default=None, help="write the report here")
@@ -116,7 +118,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.quantum < 0:
         raise ValueError(f"--quantum must be >= 0, got {args.quantum}")
     config = SimConfig(quantum=args.quantum, chunk_tokens=chunk, acceptance=args.acceptance,
-                       context_rank=args.context_rank)
+                       accept_scale=args.accept_scale, context_rank=args.context_rank)
     out = simulate(workload, policies, cluster, constants, config, progress=not args.no_progress,
                    plots_dir=args.plots)
     write_json(args.json, out)

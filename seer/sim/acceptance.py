@@ -11,6 +11,9 @@ draft length they were measured with and interpolated in ``log2(1 + n)``.
 
 Two fits exist: ``paper`` (the paper's Table 2, linear drafts; the measurement of the paper's own workloads) and
 ``math_cot`` (our suffix trees replayed on ``math_cot_groups.jsonl`` by ``seer.spec.replay``, modes n0/n1/n3/n7).
+``scaled`` answers "what if my drafts accept less (or more)": it scales the tokens a verification gains beyond the
+bonus token, tau - 1, at every reference count. The paper gives one table for all its workloads, so how a
+prediction moves with it is worth knowing (``python -m seer.sim.reproduce --sensitivity``).
 """
 
 from __future__ import annotations
@@ -77,6 +80,19 @@ class AcceptanceModel:
                 t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
                 return self.alphas[i - 1] + t * (self.alphas[i] - self.alphas[i - 1])
         return self.alphas[-1]
+
+    def scaled(self, factor: float, gamma: int = PAPER_GAMMA) -> "AcceptanceModel":
+        """The model whose mean acceptance length at ``gamma`` drafts is 1 + factor * (tau - 1) at every ref."""
+        if factor <= 0:
+            raise ValueError(f"acceptance scale must be > 0, got {factor}")
+        if factor == 1:
+            return self
+        table = {n: 1.0 + factor * (expected_accept_len(a, gamma) - 1.0) for n, a in zip(self.refs, self.alphas)}
+        if max(table.values()) >= gamma + 1:
+            raise ValueError(f"acceptance scale {factor} asks for a mean acceptance length of "
+                             f"{max(table.values()):.2f}, above the {gamma + 1} possible with {gamma} drafts")
+        return AcceptanceModel.from_tau(f"{self.name} x{factor:g}", table, gamma,
+                                        f"{self.source}; tau - 1 scaled by {factor:g}")
 
     def to_dict(self) -> dict:
         return {"name": self.name, "refs": list(self.refs), "alphas": list(self.alphas), "source": self.source}

@@ -5,6 +5,12 @@ Why a module: the reproduction table of the README must come from one command an
 and nothing else adjusted. It reports simulated veRL against the paper's veRL (what was fitted), Seer's predicted
 speedup and tail reduction against the paper's (what was predicted), ``context`` against ``oracle`` (neither
 speculates), and the ablation ladder of the paper's Table 4 (divided, + context, + grouped speculation).
+
+``--sensitivity F1,F2,...`` asks how the prediction depends on the one Seer input the paper gives for all its
+workloads at once, the acceptance of sibling drafts (Table 2): it reruns ``seer`` with the acceptance model's
+tokens gained per verification scaled by each factor (``AcceptanceModel.scaled``), against one veRL run, and
+reports the factor at which the predicted speedup would equal the paper's. An explanation, not a fit: the
+reproduction above keeps factor 1.
 """
 
 from __future__ import annotations
@@ -12,12 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from seer.rollout.context_scheduler import CONTEXT_RANKS
 from seer.sim.fitted import preset_setup
-from seer.sim.simulate import SimConfig, simulate
+from seer.sim.simulate import SimConfig, run_policy, simulate
 from seer.sim.workloads import PRESETS
 
 POLICIES = ("verl", "divided", "context", "seer", "oracle")
@@ -42,6 +49,44 @@ def reproduce_preset(name: str, config: SimConfig | None = None, progress: bool 
     if paper.verl_preemptions:
         out["prediction"]["verl_preemptions_err"] = rows["verl"]["preemptions"] / paper.verl_preemptions - 1
     return out
+
+
+def acceptance_sensitivity(name: str, factors: Sequence[float], config: SimConfig | None = None) -> dict:
+    """``seer``'s predicted speedup over one veRL run with the acceptance model scaled by each factor, and the
+    factor (linear interpolation between neighbours) at which it equals the paper's speedup, if in range."""
+    workload, cluster, constants = preset_setup(name)
+    config = config or SimConfig(record=False)
+    verl = run_policy(workload, "verl", cluster, constants, config).result.metrics.makespan_s
+    rows = {}
+    for f in sorted(factors):
+        run = run_policy(workload, "seer", cluster, constants, replace(config, accept_scale=f))
+        rows[f] = {"speedup": verl / run.result.metrics.makespan_s, "tau": run.spec["tau"],
+                   "accept_rate": run.spec["accept_rate"], "makespan_s": run.result.metrics.makespan_s}
+    target = PRESETS[name].paper.seer_speedup
+    return {"verl_makespan_s": verl, "paper_speedup": target, "factors": {str(f): r for f, r in rows.items()},
+            "matching_factor": matching_factor({f: r["speedup"] for f, r in rows.items()}, target)}
+
+
+def matching_factor(speedups: dict[float, float], target: float) -> float | None:
+    """The factor at which the speedup crosses ``target``, interpolated between the two measured neighbours;
+    None when no measured interval brackets it."""
+    points = sorted(speedups.items())
+    for (f0, s0), (f1, s1) in zip(points, points[1:]):
+        if (s0 - target) * (s1 - target) <= 0 and s1 != s0:
+            return f0 + (target - s0) * (f1 - f0) / (s1 - s0)
+    return None
+
+
+def sensitivity_markdown(results: dict[str, dict]) -> str:
+    factors = sorted({f for r in results.values() for f in r["factors"]}, key=float)
+    lines = ["| workload | paper | " + " | ".join(f"scale {f}" for f in factors) + " | scale matching the paper |",
+             "|---|---|" + "---|" * (len(factors) + 1)]
+    for name, r in results.items():
+        cells = [f"{r['factors'][f]['speedup']:.2f}x (tau {r['factors'][f]['tau']:.2f})" if f in r["factors"]
+                 else "-" for f in factors]
+        match = f"{r['matching_factor']:.2f}" if r["matching_factor"] is not None else "out of range"
+        lines.append(f"| {name} | {r['paper_speedup']:.2f}x | " + " | ".join(cells) + f" | {match} |")
+    return "\n".join(lines)
 
 
 def markdown(results: dict[str, dict]) -> str:
@@ -76,14 +121,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quantum", type=int, default=0)
     ap.add_argument("--context-rank", default=SimConfig.context_rank, choices=CONTEXT_RANKS,
                     help="context ordering of non-probes (OrderingConfig.rank)")
+    ap.add_argument("--accept-scale", type=float, default=1.0,
+                    help="scale the acceptance model's tokens gained per verification (not the reproduction)")
+    ap.add_argument("--sensitivity", default=None, metavar="F1,F2,...",
+                    help="only veRL and seer, seer once per acceptance scale factor (see the module docstring)")
     args = ap.parse_args(argv)
+    names = args.workloads.split(",")
+    for name in names:
+        if name not in PRESETS:
+            raise SystemExit(f"unknown workload {name!r}; presets: {', '.join(PRESETS)}")
     results = {}
-    for name in args.workloads.split(","):
-        plots = str(Path(args.plots) / name) if args.plots else None
-        config = SimConfig(quantum=args.quantum, record=plots is not None, context_rank=args.context_rank)
-        results[name] = reproduce_preset(name, config, progress=sys.stderr.isatty(), plots_dir=plots)
-        print(f"{name}: {json.dumps(results[name]['prediction'])}", flush=True)
-    print(markdown(results))
+    if args.sensitivity:
+        factors = [float(f) for f in args.sensitivity.split(",")]
+        config = SimConfig(quantum=args.quantum, record=False, context_rank=args.context_rank)
+        for name in names:
+            results[name] = acceptance_sensitivity(name, factors, config)
+            print(f"{name}: matching factor {results[name]['matching_factor']}", flush=True)
+        print(sensitivity_markdown(results))
+    else:
+        for name in names:
+            plots = str(Path(args.plots) / name) if args.plots else None
+            config = SimConfig(quantum=args.quantum, record=plots is not None, context_rank=args.context_rank,
+                               accept_scale=args.accept_scale)
+            results[name] = reproduce_preset(name, config, progress=sys.stderr.isatty(), plots_dir=plots)
+            print(f"{name}: {json.dumps(results[name]['prediction'])}", flush=True)
+        print(markdown(results))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")

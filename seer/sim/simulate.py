@@ -40,6 +40,7 @@ class SimConfig:
     enable_prefix_caching: bool = True
     spec: SimSpecConfig = field(default_factory=SimSpecConfig)
     acceptance: str = "auto"           # "replay" (suffix trees; token ids, quantum 1) or an acceptance model name
+    accept_scale: float = 1.0          # scales the model's tokens gained per verification (AcceptanceModel.scaled)
     guard_every: int = 64
     context_rank: str = OrderingConfig.rank  # context ordering of non-probes
     check: bool = False                # integrity checks after every step (tests)
@@ -50,6 +51,8 @@ class SimConfig:
             raise ValueError("quantum must be >= 0, chunk_tokens and block_size >= 1")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.accept_scale <= 0:
+            raise ValueError(f"accept_scale must be > 0, got {self.accept_scale}")
 
 
 @dataclass
@@ -86,6 +89,9 @@ def _speculator(workload: Workload, config: SimConfig, quantum: int, cost: CostM
     if mode == "replay":
         if quantum != 1 or not workload.has_token_ids:
             raise ValueError("replayed speculation needs a token-id trace at token quantum 1")
+        if config.accept_scale != 1:
+            raise ValueError("accept_scale applies to an acceptance model; replayed suffix trees accept what "
+                             "they accept (pass --acceptance paper or math_cot to scale a model)")
         from seer.engine.speculator import SpecConfig, Speculator
         from seer.spec.draft_server import DraftServer, DraftServerConfig
         from seer.spec.drafter import DrafterConfig
@@ -97,7 +103,7 @@ def _speculator(workload: Workload, config: SimConfig, quantum: int, cost: CostM
         return Speculator(server, policy, SpecConfig(gamma_max=gamma))
     if mode not in models:
         raise ValueError(f"unknown acceptance model {mode!r}; known: replay, {', '.join(models)}")
-    return ModelSpeculator(config.spec, models[mode], cost, quantum)
+    return ModelSpeculator(config.spec, models[mode].scaled(config.accept_scale), cost, quantum)
 
 
 def _instance_spec_stats(instances: Sequence[SimInstance]) -> dict:

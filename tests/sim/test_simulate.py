@@ -70,3 +70,13 @@ def test_reproduction_table_renders() -> None:
                     "seer_tail_reduction": 0.8}
     table = markdown({"small": out})
     assert table.count("| small |") == 2 and "x / 1.50x" in table
+
+
+def test_sensitivity_finds_the_factor_that_matches_the_paper() -> None:
+    from seer.sim.reproduce import matching_factor, sensitivity_markdown
+    assert matching_factor({0.25: 1.4, 0.5: 1.8, 1.0: 2.4}, 1.6) == pytest.approx(0.375)
+    assert matching_factor({0.5: 1.8, 1.0: 2.4}, 1.6) is None  # not bracketed: no extrapolation
+    row = {"paper_speedup": 1.78, "matching_factor": None,
+           "factors": {"0.5": {"speedup": 1.9, "tau": 1.5}, "1.0": {"speedup": 2.5, "tau": 2.1}}}
+    table = sensitivity_markdown({"moonlight": row})
+    assert "1.90x (tau 1.50)" in table and "out of range" in table

@@ -50,6 +50,31 @@ def test_acceptance_model_inversion() -> None:
         AcceptanceModel("x", (1, 0), (0.1, 0.2))
 
 
+def test_scaled_acceptance_scales_the_tokens_gained_per_verification() -> None:
+    m = paper_model()
+    assert m.scaled(1.0) is m
+    half = m.scaled(0.5)
+    for a, b in zip(m.alphas, half.alphas):
+        assert expected_accept_len(b, 8) - 1 == pytest.approx(0.5 * (expected_accept_len(a, 8) - 1))
+    with pytest.raises(ValueError, match="above the 9 possible"):
+        m.scaled(10.0)
+    with pytest.raises(ValueError, match="must be > 0"):
+        m.scaled(0.0)
+
+
+def test_accept_scale_moves_the_simulated_acceptance() -> None:
+    cfg = SimConfig(quantum=16, chunk_tokens=128, acceptance="paper")
+    full = run_policy(small_workload(), "seer", config=cfg).spec
+    low = run_policy(small_workload(), "seer", config=SimConfig(quantum=16, chunk_tokens=128, acceptance="paper",
+                                                                accept_scale=0.3)).spec
+    assert 1.0 < low["tau"] < full["tau"]
+    with pytest.raises(ValueError, match="accept_scale must be > 0"):
+        SimConfig(accept_scale=-1.0)
+    w = trace_workload("data/math_cot_groups.jsonl", small_cluster(kv_tokens=20000), limit=2, max_tokens=64)
+    with pytest.raises(ValueError, match="replayed suffix trees"):
+        run_policy(w, "seer", config=SimConfig(quantum=1, accept_scale=0.5))
+
+
 def test_replayed_speculation_is_lossless_and_accepts() -> None:
     w = trace_workload("data/math_cot_groups.jsonl", small_cluster(kv_tokens=20000), limit=3, max_tokens=320)
     cfg = SimConfig(quantum=1, chunk_tokens=128)  # integrity checked at the end of each run
