@@ -135,8 +135,11 @@ def _print_summary(out: dict) -> None:
         print(f"{name:8s} makespan {row['makespan_s']:9.1f} s  tail {row['tail_s']:8.1f} s  "
               f"preempt {row['preemptions']:6d}  vs {base} {sp:5.2f}x  tail -{100 * (tr or 0):4.1f}%  "
               f"[{speed[name]['wall_s']:.1f} s, {speed[name]['events_per_s']:.0f} events/s]{extra}")
-    if "context_vs_oracle" in out:
-        print(f"context reaches {100 * out['context_vs_oracle']:.1f}% of oracle throughput")
+    from seer.sim.simulate import REFERENCE_RATIOS, ratio_key
+
+    for ours, ref in REFERENCE_RATIOS:
+        if ratio_key(ours, ref) in out:
+            print(f"{ours} reaches {100 * out[ratio_key(ours, ref)]:.1f}% of {ref} throughput")
 
 
 def _calibrate(args: argparse.Namespace) -> int:

@@ -37,8 +37,9 @@ groups by L_g (longest finished sibling, max_tokens before any finishes), member
 starvation guard serves the longest-waiting request every `guard_every` dispatches, or whenever it has waited
 more than `max_wait` dispatches.
 
-Orderings: `context` (the above), `fifo` (divided rollout without context) and `oracle` (longest true remaining
-length first: an upper reference that needs replayed lengths). All are heaps with lazy deletion: each push
+Orderings: `context` (the above), `fifo` (divided rollout without context), `oracle` (longest true remaining
+length first: an upper reference that needs replayed lengths) and `group-oracle` (`context` told each group's
+true median length: the bound for any estimate learned from siblings). All are heaps with lazy deletion: each push
 stamps the request with a fresh `ticket`; entries whose ticket no longer matches are stale and skipped, so push,
 pop and estimate updates cost O(log n) (a sibling's finish re-keys its group's waiting members, O(G log n)).
 `requeue` undoes a pop within a dispatch round and restores the request's exact position (nothing that a key
@@ -51,7 +52,7 @@ import heapq
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from seer.rollout.length_model import (
@@ -359,6 +360,33 @@ class ContextOrdering(Ordering):
         return main
 
 
+class GroupOracleOrdering(ContextOrdering):
+    """`context` told each group's true typical length: the most a sibling-based estimate could ever learn.
+
+    Once a group has a finished sibling (when `context` starts estimating it), its median is the geometric mean
+    of its true lengths, what infinitely many siblings would reveal; which sibling is the long one stays unknown
+    and the spread is learned as in `context`. So the gap from here to `oracle` is within-group noise that no
+    ordering learning from siblings can remove, and the gap from `context` to here is what a better estimator
+    could still win. A reference that needs replayed lengths, like `oracle`. It always ranks by remaining length
+    (the paper-literal `group` rank reads only the longest finished sibling, so true medians would change nothing).
+    """
+
+    name = "group-oracle"
+
+    def __init__(self, config: OrderingConfig | None = None) -> None:
+        super().__init__(replace(config or OrderingConfig(), rank="remaining"))
+
+    def _store(self, req: RolloutRequest, group: Group) -> None:
+        if group.true_lengths is None:
+            raise ValueError(f"group-oracle ordering needs true lengths; group {group.group_id} has none")
+        super()._store(req, group)
+
+    def _length_model(self, group: Group) -> tuple[float, float]:
+        assert group.true_lengths is not None  # checked when its requests arrive
+        logs = [math.log(max(n, 1)) for n in group.true_lengths]
+        return math.exp(sum(logs) / len(logs)), self.spread
+
+
 class _GroupMajor:
     """The paper-literal order of non-probes: the group with the longest L_g first, its members by arrival."""
 
@@ -405,11 +433,13 @@ class _GroupMajor:
         return [t for heap in self._members.values() for t in _tickets(heap)]
 
 
-ORDERINGS: dict[str, type[Ordering]] = {cls.name: cls for cls in (FifoOrdering, ContextOrdering, OracleOrdering)}
+ORDERINGS: dict[str, type[Ordering]] = {
+    cls.name: cls for cls in (FifoOrdering, ContextOrdering, GroupOracleOrdering, OracleOrdering)
+}
 
 
 def make_ordering(name: str, config: OrderingConfig | None = None) -> Ordering:
-    """Build an ordering by registry name (`fifo`, `context`, `oracle`)."""
+    """Build an ordering by registry name (`fifo`, `context`, `group-oracle`, `oracle`)."""
     if name not in ORDERINGS:
         raise ValueError(f"unknown ordering {name!r}; known: {', '.join(sorted(ORDERINGS))}")
     return ORDERINGS[name](config)

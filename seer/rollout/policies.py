@@ -6,7 +6,8 @@ three switches:
 - `divided`: chunks through the global request buffer and KV pool with fit-only admission (technique 1); when
   False, groups are split evenly across instances up front and each instance runs its share to completion with
   continuous batching and recompute preemption (veRL).
-- `ordering`: which buffered request runs next (`fifo`, `context`, `oracle`; see context_scheduler.py).
+- `ordering`: which buffered request runs next (`fifo`, `context`, `group-oracle`, `oracle`; see
+  context_scheduler.py). `group-oracle` and `oracle` are references that read the replayed true lengths.
 - `speculative`: grouped speculative decoding from sibling suffix trees (technique 3).
 """
 
@@ -36,7 +37,7 @@ class RolloutPolicy:
 
     @property
     def needs_true_lengths(self) -> bool:
-        return self.ordering == "oracle"
+        return self.ordering in ("oracle", "group-oracle")
 
 
 POLICIES: dict[str, RolloutPolicy] = {
@@ -47,6 +48,7 @@ POLICIES: dict[str, RolloutPolicy] = {
         RolloutPolicy("context", divided=True, ordering="context", speculative=False),
         RolloutPolicy("seer", divided=True, ordering="context", speculative=True),
         RolloutPolicy("oracle", divided=True, ordering="oracle", speculative=False),
+        RolloutPolicy("group-oracle", divided=True, ordering="group-oracle", speculative=False),
     )
 }
 

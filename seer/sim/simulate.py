@@ -28,6 +28,14 @@ from seer.sim.speculation import SimSpecConfig
 from seer.sim.workloads import Cluster, Workload, default_quantum
 
 
+# Throughput ratios reported when both policies ran: how close context gets to the references.
+REFERENCE_RATIOS = (("context", "oracle"), ("group-oracle", "oracle"), ("context", "group-oracle"))
+
+
+def ratio_key(ours: str, ref: str) -> str:
+    return f"{ours}_vs_{ref}".replace("-", "_")
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """Engine and rollout settings shared by every policy of a run (real-token units)."""
@@ -190,8 +198,9 @@ def report(runs: Sequence[PolicyRun], workload: Workload, cluster: Cluster, cons
         row["kv_budget_tokens"] = cluster.instance.kv_capacity_tokens
         if r.spec is not None:
             row["spec"] = r.spec
-    if "context" in rows and "oracle" in rows:
-        out["context_vs_oracle"] = rows["context"].throughput_tok_s / rows["oracle"].throughput_tok_s
+    for ours, ref in REFERENCE_RATIOS:
+        if ours in rows and ref in rows:
+            out[ratio_key(ours, ref)] = rows[ours].throughput_tok_s / rows[ref].throughput_tok_s
     q = resolve_quantum(workload, config)
     out["sim"] = {"workload": workload.describe(), "cost": CostModel(cluster.instance, constants).describe(),
                   "config": {**asdict(config), "quantum": q},

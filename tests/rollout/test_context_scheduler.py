@@ -23,8 +23,8 @@ def context_buffer(groups: int = 3, size: int = 3, max_tokens: int = 100, **cfg:
 
 
 def test_registry_and_unknown_ordering() -> None:
-    assert set(ORDERINGS) == {"fifo", "context", "oracle"}
-    with pytest.raises(ValueError, match="known: context, fifo, oracle"):
+    assert set(ORDERINGS) == {"fifo", "context", "group-oracle", "oracle"}
+    with pytest.raises(ValueError, match="known: context, fifo, group-oracle, oracle"):
         make_ordering("lifo")
 
 
@@ -105,6 +105,30 @@ def test_oracle_needs_true_lengths() -> None:
     buf = RequestBuffer("oracle")
     with pytest.raises(ValueError, match="true lengths"):
         buf.add_group(4, 2, 100)
+
+
+def test_group_oracle_knows_group_medians_not_which_sibling_is_long() -> None:
+    """Once a sibling has finished, a group's median is its true one (the short probe does not fool it); before
+    that, and within a group, it ranks like `context`."""
+    def probes_done(name: str) -> RequestBuffer:
+        buf = RequestBuffer(name, chunk_tokens=10, ordering_config=NO_GUARD)
+        buf.add_group(4, 3, 200, true_lengths=[10, 90, 100])   # short probe, long group
+        buf.add_group(4, 3, 200, true_lengths=[40, 40, 40])
+        run_chunk(buf, 0, 0, 10, finished=True)
+        run_chunk(buf, 1, 0, 40, finished=True)
+        return buf
+
+    assert order(probes_done("context")) == [(1, 1), (1, 2), (0, 1), (0, 2)]  # fooled by the short probe
+    buf = probes_done("group-oracle")
+    ordering = buf.ordering
+    g0, g1 = buf.groups[0], buf.groups[1]
+    assert ordering._length_model(g0)[0] == pytest.approx((10 * 90 * 100) ** (1 / 3))
+    assert ordering.estimated_remaining(g0.requests[1], g0) == ordering.estimated_remaining(g0.requests[2], g0)
+    assert order(buf) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    buf.check_integrity()
+    assert make_ordering("group-oracle", OrderingConfig(rank="group")).config.rank == "remaining"
+    with pytest.raises(ValueError, match="group-oracle ordering needs true lengths"):
+        RequestBuffer("group-oracle").add_group(4, 2, 100)
 
 
 def test_fifo_is_arrival_order() -> None:

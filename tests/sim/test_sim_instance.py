@@ -16,7 +16,7 @@ from seer.sim.sim_instance import SimInstance, sim_block_size
 from seer.sim.simulate import SimConfig, run_policy
 from tests.sim.helpers import small_workload
 
-POLICIES = ["verl", "divided", "context", "seer", "oracle"]
+POLICIES = ["verl", "divided", "context", "seer", "oracle", "group-oracle"]
 
 
 @pytest.mark.parametrize("policy", POLICIES)

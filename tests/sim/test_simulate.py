@@ -68,6 +68,7 @@ def test_reproduction_table_renders() -> None:
     out = simulate(small_workload(groups=4), POLICIES, config=SimConfig(quantum=8, chunk_tokens=128, record=False))
     out["paper"] = {"verl_total_s": 1.0, "verl_tail_s": 1.0, "verl_preemptions": None, "seer_speedup": 1.5,
                     "seer_tail_reduction": 0.8}
+    assert 0 < out["group_oracle_vs_oracle"] <= 1.05 and out["context_vs_group_oracle"] > 0
     table = markdown({"small": out})
     assert table.count("| small |") == 2 and "x / 1.50x" in table
 
