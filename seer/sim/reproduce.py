@@ -129,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sensitivity", default=None, metavar="F1,F2,...",
                     help="only veRL and seer, seer once per acceptance scale factor (see the module docstring)")
     args = ap.parse_args(argv)
+    if args.sensitivity and args.accept_scale != 1:
+        raise SystemExit("--sensitivity sets the acceptance scale itself; drop --accept-scale")
     names = args.workloads.split(",")
     for name in names:
         if name not in PRESETS:
