@@ -76,7 +76,7 @@ def run_peer(args: argparse.Namespace, groups, model: Path, kv_tokens: int) -> t
 
 
 def run(args: argparse.Namespace) -> int:
-    from seer.rollout.metrics import compare
+    from seer.rollout.metrics import compare, reference_ratios
     from seer.rollout.plots import plot_rollout
     from seer.rollout.policies import parse_policies
 
@@ -113,9 +113,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             errors[args.peer] = error or "failed"
     report: dict[str, Any] = compare(reports, baseline="verl") if "verl" in reports else {"policies": reports}
-    if "oracle" in reports and "context" in reports:
-        report["context_vs_oracle"] = round(reports["context"]["throughput_tok_s"] /
-                                            reports["oracle"]["throughput_tok_s"], 3)
+    ratios = reference_ratios({name: row["throughput_tok_s"] for name, row in reports.items()})
+    report.update({key: round(value, 3) for key, value in ratios.items()})
     report["setup"] = {"trace": args.trace, "groups": len(groups), "responses": sum(g.size for g in groups),
                        "instances": args.instances, "backend": args.backend, "chunk_tokens": args.chunk_tokens,
                        "length_scale": args.length_scale, "max_len": args.max_len, "kv_budget": budget,

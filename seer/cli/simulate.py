@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from seer.cli.common import write_json
+from seer.rollout.metrics import REFERENCE_RATIOS, ratio_key
 from seer.rollout.context_scheduler import CONTEXT_RANKS, OrderingConfig
 
 
@@ -135,8 +136,6 @@ def _print_summary(out: dict) -> None:
         print(f"{name:8s} makespan {row['makespan_s']:9.1f} s  tail {row['tail_s']:8.1f} s  "
               f"preempt {row['preemptions']:6d}  vs {base} {sp:5.2f}x  tail -{100 * (tr or 0):4.1f}%  "
               f"[{speed[name]['wall_s']:.1f} s, {speed[name]['events_per_s']:.0f} events/s]{extra}")
-    from seer.sim.simulate import REFERENCE_RATIOS, ratio_key
-
     for ours, ref in REFERENCE_RATIOS:
         if ratio_key(ours, ref) in out:
             print(f"{ours} reaches {100 * out[ratio_key(ours, ref)]:.1f}% of {ref} throughput")

@@ -133,3 +133,17 @@ def compare(
     speedup = {n: r["throughput_tok_s"] / base["throughput_tok_s"] for n, r in rows.items()}
     tail = {n: (1.0 - r["tail_s"] / base["tail_s"]) if base["tail_s"] > 0 else None for n, r in rows.items()}
     return {"policies": rows, f"speedup_vs_{baseline}": speedup, f"tail_reduction_vs_{baseline}": tail}
+
+
+# Throughput ratios reported when both policies ran: how close `context` gets to the references.
+REFERENCE_RATIOS = (("context", "oracle"), ("group-oracle", "oracle"), ("context", "group-oracle"))
+
+
+def ratio_key(ours: str, ref: str) -> str:
+    return f"{ours}_vs_{ref}".replace("-", "_")
+
+
+def reference_ratios(throughputs: Mapping[str, float]) -> dict[str, float]:
+    """``{"context_vs_oracle": ..., ...}`` for every pair of REFERENCE_RATIOS whose two policies both ran."""
+    return {ratio_key(ours, ref): throughputs[ours] / throughputs[ref]
+            for ours, ref in REFERENCE_RATIOS if ours in throughputs and ref in throughputs}

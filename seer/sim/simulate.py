@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from seer.rollout.context_scheduler import OrderingConfig
 from seer.rollout.driver import RolloutDriver, RolloutResult
-from seer.rollout.metrics import compare
+from seer.rollout.metrics import compare, reference_ratios
 from seer.rollout.policies import RolloutPolicy, get_policy
 from seer.sim.acceptance import AcceptanceModel
 from seer.sim.cost_model import CostConstants, CostModel
@@ -26,14 +26,6 @@ from seer.sim.pool import SimKVPool
 from seer.sim.sim_instance import SimInstance, Timeline
 from seer.sim.speculation import SimSpecConfig
 from seer.sim.workloads import Cluster, Workload, default_quantum
-
-
-# Throughput ratios reported when both policies ran: how close context gets to the references.
-REFERENCE_RATIOS = (("context", "oracle"), ("group-oracle", "oracle"), ("context", "group-oracle"))
-
-
-def ratio_key(ours: str, ref: str) -> str:
-    return f"{ours}_vs_{ref}".replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -198,9 +190,7 @@ def report(runs: Sequence[PolicyRun], workload: Workload, cluster: Cluster, cons
         row["kv_budget_tokens"] = cluster.instance.kv_capacity_tokens
         if r.spec is not None:
             row["spec"] = r.spec
-    for ours, ref in REFERENCE_RATIOS:
-        if ours in rows and ref in rows:
-            out[ratio_key(ours, ref)] = rows[ours].throughput_tok_s / rows[ref].throughput_tok_s
+    out.update(reference_ratios({name: m.throughput_tok_s for name, m in rows.items()}))
     q = resolve_quantum(workload, config)
     out["sim"] = {"workload": workload.describe(), "cost": CostModel(cluster.instance, constants).describe(),
                   "config": {**asdict(config), "quantum": q},

@@ -68,3 +68,11 @@ def test_compare_shape_and_values() -> None:
         compare({"seer": fast})
     with pytest.raises(ValueError, match="lacks"):
         compare({"verl": verl, "bad": {"makespan_s": 1.0}})
+
+
+def test_reference_ratios_only_for_pairs_that_both_ran() -> None:
+    from seer.rollout.metrics import reference_ratios
+    ratios = reference_ratios({"context": 90.0, "oracle": 100.0, "verl": 50.0})
+    assert ratios == {"context_vs_oracle": pytest.approx(0.9)}
+    full = reference_ratios({"context": 90.0, "oracle": 100.0, "group-oracle": 95.0})
+    assert set(full) == {"context_vs_oracle", "group_oracle_vs_oracle", "context_vs_group_oracle"}

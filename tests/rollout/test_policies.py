@@ -15,7 +15,7 @@ from seer.rollout.policies import (
 )
 
 
-def test_the_five_policies() -> None:
+def test_the_policies() -> None:
     assert policy_names() == ["verl", "divided", "context", "seer", "oracle", "group-oracle"]
     assert get_policy("verl") == RolloutPolicy("verl", divided=False, ordering="fifo", speculative=False)
     assert get_policy("verl").preempts and not get_policy("divided").preempts

@@ -10,13 +10,13 @@ from seer.engine.block_manager import BlockManager
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerConfig, StepResult
 from seer.rollout.driver import RolloutDriver
-from seer.rollout.policies import get_policy
+from seer.rollout.policies import get_policy, policy_names
 from seer.sim.cost_model import CostModel
 from seer.sim.sim_instance import SimInstance, sim_block_size
 from seer.sim.simulate import SimConfig, run_policy
 from tests.sim.helpers import small_workload
 
-POLICIES = ["verl", "divided", "context", "seer", "oracle", "group-oracle"]
+POLICIES = policy_names()
 
 
 @pytest.mark.parametrize("policy", POLICIES)
