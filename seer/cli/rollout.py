@@ -28,6 +28,9 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-tokens", type=int, default=128)
     p.add_argument("--context-rank", default=OrderingConfig.rank, choices=CONTEXT_RANKS,
                    help="context ordering of non-probes: hedged remaining length, or the paper's group order")
+    p.add_argument("--kv-affinity-spread", type=int, default=32,
+                   help="resume a request where its KV is only while that instance runs at most this many more "
+                        "requests than the least loaded one; -1: always")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default 1.0; a length-only --trace defaults to each group's "
@@ -58,7 +61,8 @@ def rollout_config(args: argparse.Namespace, policy: str, num_kv_blocks: int | N
     return RolloutConfig(policy=policy, instances=args.instances, backend=args.backend,
                          chunk_tokens=args.chunk_tokens, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
                          num_kv_blocks=num_kv_blocks or args.num_kv_blocks, threads_per_instance=args.threads,
-                         seed=args.seed, ordering=OrderingConfig(rank=args.context_rank))
+                         seed=args.seed, ordering=OrderingConfig(rank=args.context_rank),
+                         kv_affinity_spread=None if args.kv_affinity_spread < 0 else args.kv_affinity_spread)
 
 
 def build_groups(args: argparse.Namespace, model: Path) -> list:

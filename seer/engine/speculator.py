@@ -33,6 +33,12 @@ class SpecConfig:
         if self.k_branches < 1 or self.tree_tokens < 1:
             raise ValueError("k_branches and tree_tokens must be >= 1")
 
+    @property
+    def kv_headroom(self) -> int:
+        """KV slots a draft may occupy beyond the committed tokens: the draft length, or a tree's node count
+        (every node of a tree draft is verified, so every node needs a slot)."""
+        return max(self.gamma_max, self.tree_tokens) if self.k_branches > 1 else self.gamma_max
+
 
 def critical_weights(ready: list[Request]) -> list[float]:
     """Each request's estimated remaining length over the batch mean (1 where the rollout gave no estimate):
@@ -84,14 +90,14 @@ class Speculator:
             left = min(left, req.chunk_end - req.num_output_tokens - 1)
         return max(0, min(self.config.gamma_max, left))
 
-    def before_schedule(self, scheduler: Scheduler) -> None:
-        """Attach drafts to the running requests that decode next step."""
+    def before_schedule(self, scheduler: Scheduler) -> int:
+        """Attach drafts to the running requests that decode next step; returns how many asked for one."""
         t0 = time.perf_counter()
         ready = [r for r in scheduler.running if r.num_computed_tokens == r.num_tokens - 1]
         for r in ready:
             self.ensure_group(r)
         if not ready:
-            return
+            return 0
         caps = {r.request_id: self._max_gamma(r) for r in ready}
         if self.config.adaptive:
             assert self.policy is not None
@@ -116,6 +122,7 @@ class Speculator:
                     self._drafted[r.request_id] = (len(d), not d.is_linear)
         self.draft_s += time.perf_counter() - t0
         self.steps += 1
+        return len(asks)
 
     def after_update(self, out: SchedulerOutput, results: dict[str, StepResult], reqs: dict[str, Request]) -> None:
         """Feed committed tokens to the draft server and verification outcomes to the policy."""

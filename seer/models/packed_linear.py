@@ -15,6 +15,7 @@ the exact reference path of the equivalence tests. ``SEER_PREPACK=0`` disables p
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
@@ -26,8 +27,20 @@ log = logging.getLogger(__name__)
 
 
 def packing_supported() -> bool:
-    return os.environ.get("SEER_PREPACK", "1") != "0" and torch.backends.mkldnn.is_available() and hasattr(
-        torch.ops.mkldnn, "_reorder_linear_weight")
+    """Packing is on (``SEER_PREPACK`` unset or not 0) and this CPU's oneDNN can pack bf16 weights: its bf16
+    path needs AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT, so an AVX2-only CPU keeps plain linears."""
+    return os.environ.get("SEER_PREPACK", "1") != "0" and _cpu_can_pack()
+
+
+@functools.cache
+def _cpu_can_pack() -> bool:
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16), 256)
+    except RuntimeError:
+        return False
+    return True
 
 
 class PackedLinear(nn.Linear):

@@ -24,7 +24,7 @@ from seer.engine.speculator import SpecConfig
 from seer.rollout.context_scheduler import OrderingConfig
 from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult
 from seer.rollout.kv_pool import LocalKVPool
-from seer.rollout.policies import get_policy
+from seer.rollout.policies import RolloutPolicy, get_policy
 
 BACKENDS = ("inprocess", "local", "ray")
 
@@ -47,6 +47,9 @@ class RolloutConfig:
     spill_dir: str | None = None
     spec: SpecConfig = field(default_factory=SpecConfig)
     ordering: OrderingConfig = field(default_factory=OrderingConfig)  # knobs of the context ordering
+    # a request's next chunk stays on the instance holding its KV only while that instance runs at most this
+    # many more requests than the least loaded one (None: always); else it goes where dispatch puts it, KV moved
+    kv_affinity_spread: int | None = 32
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -57,6 +60,13 @@ class RolloutConfig:
             raise ValueError(f"instances must be >= 1, got {self.instances}")
         if self.chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
+        if self.kv_affinity_spread is not None and self.kv_affinity_spread < 0:
+            raise ValueError(f"kv_affinity_spread must be >= 0 or None, got {self.kv_affinity_spread}")
+
+    def driver_kwargs(self, policy: RolloutPolicy) -> dict[str, Any]:
+        """What every backend passes to the ``RolloutDriver`` besides policy, instances, groups and chunk size."""
+        return dict(draft_headroom=self.spec.kv_headroom if policy.speculative else 0,
+                    ordering_config=self.ordering, affinity_spread=self.kv_affinity_spread)
 
     def engine_kwargs(self) -> dict[str, Any]:
         return dict(dtype=self.dtype, device=self.device, block_size=self.block_size, kv_cache_memory_gb=self.kv_cache_gb,
@@ -145,6 +155,12 @@ class RolloutCoordinator:
             raise RuntimeError("weights changed during the rollout")
         texts = [self.tokenizer.decode(r.token_ids) for r in result.responses]
         return RolloutOutput(result, version, pol.name, wall, texts, list(groups))
+
+    def verify_cost(self):
+        """The profiled step cost T(B, n) of the instances (``VerifyCostModel``), or None where the backend's
+        instances live elsewhere (local processes, Ray actors)."""
+        measure = getattr(self.backend, "verify_cost", None)
+        return measure() if measure is not None else None
 
     def close(self) -> None:
         self.backend.close()

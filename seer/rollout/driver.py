@@ -130,7 +130,7 @@ class RolloutDriver:
                  chunk_tokens: int = 128, ordering_config: OrderingConfig | None = None,
                  draft_headroom: int = 0, on_progress: Callable[["RolloutDriver"], None] | None = None,
                  fault: FaultPlan | None = None, draft_server=None,
-                 listener: RolloutListener | None = None) -> None:
+                 listener: RolloutListener | None = None, affinity_spread: int | None = None) -> None:
         if not instances:
             raise ValueError("a rollout needs at least one instance")
         if not groups:
@@ -142,7 +142,8 @@ class RolloutDriver:
         self.alive = set(self.instances)
         from seer.rollout.request_buffer import DispatchConfig
         self.buffer = RequestBuffer(policy.ordering, chunk_tokens=chunk_tokens if policy.divided else None,
-                                    dispatch=DispatchConfig(extra_tokens=draft_headroom),
+                                    dispatch=DispatchConfig(extra_tokens=draft_headroom,
+                                                            affinity_spread=affinity_spread),
                                     ordering_config=ordering_config)
         self.specs: dict[int, RequestSpec] = {}
         self.results: dict[int, ResponseResult] = {}
@@ -160,6 +161,7 @@ class RolloutDriver:
         self.draft_server = draft_server  # shared grouped-drafting service: a finished group's index is freed
         self.now = 0.0
         self.busy: dict[int, list[tuple[float, float]]] = {i: [] for i in self.instances}
+        self.step_costs: dict[int, list[tuple[float, float]]] = {i: [] for i in self.instances}  # (draft, kv)
         self.decisions: dict[int, list[tuple]] = {i: [] for i in self.instances}
         self.counters = {"preemptions": 0, "evictions": 0, "kv_bytes_moved": 0, "steps": 0, "tokens": 0}
         self.listener = listener
@@ -233,7 +235,8 @@ class RolloutDriver:
         res.instance_history.append(a.instance_id)
         hint = self.buffer.ordering.remaining_hint(req, self.buffer.groups[req.group_id])
         chunk = ChunkStart(a, self.specs[rid], tuple(res.token_ids), req.generated + a.max_new_tokens,
-                           reserve=self.policy.divided, remaining_hint=hint)
+                           reserve=self.policy.divided, remaining_hint=hint,
+                           headroom=self.buffer.dispatch.extra_tokens)
         self.instances[a.instance_id].start(chunk)
 
     def _dispatch(self) -> None:
@@ -318,6 +321,7 @@ class RolloutDriver:
 
     def _record(self, iid: int, start: float, rep: StepReport) -> None:
         self.busy[iid].append((start, start + rep.duration_s))
+        self.step_costs[iid].append((rep.draft_s, rep.kv_s))
         self.decisions[iid].append(rep.trace)
         self.counters["steps"] += 1
         self.counters["preemptions"] += rep.preemptions
@@ -422,15 +426,30 @@ class RolloutDriver:
     def result(self) -> RolloutResult:
         records = [ResponseRecord(r.finish_time_s or 0.0, len(r.token_ids), r.request_id, r.group_id)
                    for r in self.results.values()]
-        metrics = compute_metrics(records, [self.busy[i] for i in sorted(self.instances)],
+        instance_stats = {i: inst.stats() for i, inst in self.instances.items()}
+        reasons = self._reprefill_reasons(instance_stats.values())
+        ids = sorted(self.instances)
+        metrics = compute_metrics(records, [self.busy[i] for i in ids],
                                   preemptions=self.counters["preemptions"],
                                   reprefill_tokens=self.buffer.reprefill_tokens + self._instance_reprefill(),
-                                  kv_bytes_moved=self.counters["kv_bytes_moved"] + self._instance_bytes())
+                                  kv_bytes_moved=self.counters["kv_bytes_moved"] + self._instance_bytes(),
+                                  step_costs=[self.step_costs[i] for i in ids], reprefill_reasons=reasons)
         stats = dict(self.counters, aborted=len(self.aborted),
                      kv_sources={k.value: v for k, v in self.buffer.kv_sources.items()},
-                     instances={i: inst.stats() for i, inst in self.instances.items()}, busy=self.busy)
+                     instances=instance_stats, busy=self.busy)
         responses = sorted(self.results.values(), key=lambda r: (r.group_id, r.index))
         return RolloutResult(responses, metrics, self.decisions, stats)
+
+    def _reprefill_reasons(self, instance_stats: Iterable[dict]) -> dict[str, int]:
+        """Recomputed tokens by reason: KV lost with a failed instance (the buffer's), and each instance's
+        failed imports and preemptions."""
+        reasons: dict[str, int] = {}
+        if self.buffer.reprefill_tokens:
+            reasons["kv_lost"] = self.buffer.reprefill_tokens
+        for st in instance_stats:
+            for reason, tokens in st.get("reprefill_reasons", {}).items():
+                reasons[reason] = reasons.get(reason, 0) + tokens
+        return reasons
 
     def _instance_reprefill(self) -> int:
         return sum(int(inst.stats().get("reprefill_tokens", 0)) for inst in self.instances.values())

@@ -15,7 +15,7 @@ from seer.rollout.engine_instance import EngineInstance
 from seer.rollout.kv_pool import KVPool
 from seer.rollout.policies import RolloutPolicy
 from seer.spec.draft_server import DraftServer
-from seer.spec.policy import PolicyConfig, SpecPolicy
+from seer.spec.policy import PolicyConfig, SpecPolicy, VerifyCostModel
 
 
 class InProcessBackend:
@@ -36,16 +36,20 @@ class InProcessBackend:
     def set_pool(self, pool: KVPool) -> None:
         self.pool = pool
 
+    def verify_cost(self) -> VerifyCostModel:
+        """The profiled step cost T(B, n) of these engines (measured once, cached on disk)."""
+        if self._cost is None:
+            from seer.cli.common import cache_dir
+            from seer.engine.profiler import profile_verify_cost
+            self._cost = profile_verify_cost(self.engines[0], cache_dir=cache_dir() / "profiles")
+        return self._cost
+
     def _speculators(self, policy: RolloutPolicy) -> tuple[list[Speculator | None], DraftServer | None]:
         if not policy.speculative:
             return [None] * len(self.engines), None
         spec = self.config.spec
         server = DraftServer()
-        if spec.adaptive and self._cost is None:
-            from seer.cli.common import cache_dir
-            from seer.engine.profiler import profile_verify_cost
-            self._cost = profile_verify_cost(self.engines[0], cache_dir=cache_dir() / "profiles")
-        return [Speculator(server, SpecPolicy(self._cost, PolicyConfig(gamma_max=spec.gamma_max))
+        return [Speculator(server, SpecPolicy(self.verify_cost(), PolicyConfig(gamma_max=spec.gamma_max))
                            if spec.adaptive else None, spec) for _ in self.engines], server
 
     def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
@@ -53,7 +57,6 @@ class InProcessBackend:
         specs, server = self._speculators(policy)
         instances = [EngineInstance(i, e, self.pool, s) for i, (e, s) in enumerate(zip(self.engines, specs))]
         total = sum(g.size for g in groups)
-        headroom = self.config.spec.gamma_max if policy.speculative else 0
         with tqdm(total=total, disable=not progress, desc=f"rollout[{policy.name}]", unit="resp") as bar:
             def on_progress(driver: RolloutDriver) -> None:
                 done = driver.buffer.num_finished
@@ -62,8 +65,7 @@ class InProcessBackend:
                 bar.set_postfix(tok_s=f"{tok_s:.0f}", running=driver.buffer.num_running,
                                 queued=driver.buffer.num_buffered)
 
-            driver = RolloutDriver(policy, instances, groups, chunk_tokens, draft_headroom=headroom,
-                                   ordering_config=self.config.ordering,
+            driver = RolloutDriver(policy, instances, groups, chunk_tokens, **self.config.driver_kwargs(policy),
                                    on_progress=on_progress, fault=fault, draft_server=server, listener=listener)
             result = driver.run()
         for inst in instances:
@@ -72,9 +74,7 @@ class InProcessBackend:
         for rid in driver.aborted:
             self.pool.drop(rid)  # KV an aborted request had parked in the pool
         if server is not None:
-            spec = server.metrics.as_dict()
-            spec.pop("per_group", None)
-            result.stats["spec"] = spec
+            result.stats["spec"] = server.metrics.as_dict()  # per_group included: a bench reads one group
         return result
 
     def close(self) -> None:

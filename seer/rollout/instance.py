@@ -46,6 +46,7 @@ class ChunkStart:
     chunk_end: int
     reserve: bool                      # reserve KV for the whole chunk at admission (divided rollout)
     remaining_hint: float | None = None  # the ordering's estimate of the tokens the response still needs
+    headroom: int = 0                  # KV slots reserved beyond the chunk for draft tokens (with ``reserve``)
 
     @property
     def kv_source(self) -> KVSource:
@@ -66,7 +67,8 @@ class ChunkEvent:
 
 @dataclass
 class StepReport:
-    """One engine step: how long it took and which chunks ended."""
+    """One engine step: how long it took and which chunks ended. ``duration_s`` includes the step's drafting
+    (``draft_s``) and the KV the instance moved since its previous step (``kv_s``); the rest is compute."""
 
     duration_s: float
     events: list[ChunkEvent] = field(default_factory=list)
@@ -76,6 +78,8 @@ class StepReport:
     stalled: bool = False               # work queued but nothing could be scheduled (KV held by paused requests)
     trace: tuple = ()                   # (request_id, start, num_new_tokens, num_spec) per chunk: decision log
     new_tokens: list[tuple[int, list[int]]] = field(default_factory=list)  # committed this step, per request
+    draft_s: float = 0.0
+    kv_s: float = 0.0
 
 
 class Instance(abc.ABC):

@@ -40,6 +40,13 @@ class RolloutMetrics:
     idle_frac: list[float] = field(default_factory=list)
     num_responses: int = 0
     generated_tokens: int = 0
+    # where each instance's time went; per instance compute_s + draft_s + kv_s + idle_s = makespan_s
+    compute_s: list[float] = field(default_factory=list)
+    draft_s: list[float] = field(default_factory=list)
+    kv_s: list[float] = field(default_factory=list)
+    idle_s: list[float] = field(default_factory=list)
+    kv_frac: float = 0.0          # share of all instances' busy time spent moving KV to or from the pool
+    reprefill_reasons: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +76,24 @@ def busy_time(intervals: Sequence[tuple[float, float]], horizon_s: float) -> flo
     return total
 
 
+def time_split(intervals: Sequence[tuple[float, float]], costs: Sequence[tuple[float, float]],
+               horizon_s: float) -> dict[str, float]:
+    """One instance's time up to ``horizon_s``: compute, drafting, KV movement and idle.
+
+    ``costs[j]`` is step j's (draft_s, kv_s) inside its busy interval ``intervals[j]``; a step that runs past the
+    horizon counts in proportion. Compute is the rest of the busy time, so the four parts sum to the horizon.
+    """
+    busy = busy_time(intervals, horizon_s)
+    draft = kv = 0.0
+    for (start, end), (d, k) in zip(intervals, costs):
+        inside = min(end, horizon_s) - start
+        if inside > 0 and end > start:
+            frac = inside / (end - start)
+            draft += frac * d
+            kv += frac * k
+    return {"compute_s": max(busy - draft - kv, 0.0), "draft_s": draft, "kv_s": kv, "idle_s": horizon_s - busy}
+
+
 def compute_metrics(
     responses: Sequence[ResponseRecord],
     busy_intervals: Sequence[Sequence[tuple[float, float]]],
@@ -76,8 +101,11 @@ def compute_metrics(
     preemptions: int = 0,
     reprefill_tokens: int = 0,
     kv_bytes_moved: int = 0,
+    step_costs: Sequence[Sequence[tuple[float, float]]] | None = None,
+    reprefill_reasons: Mapping[str, int] | None = None,
 ) -> RolloutMetrics:
-    """Metrics of one rollout; `busy_intervals[i]` are instance i's busy (start, end) times."""
+    """Metrics of one rollout; `busy_intervals[i]` are instance i's busy (start, end) times and
+    `step_costs[i]` the (draft_s, kv_s) inside each of them (none: all compute)."""
     if not responses:
         raise ValueError("no responses to measure")
     finish = [r.finish_time_s for r in responses]
@@ -88,6 +116,9 @@ def compute_metrics(
         raise ValueError("makespan must be positive")
     tokens = sum(r.generated_tokens for r in responses)
     p90 = percentile(finish, 90)
+    costs = step_costs if step_costs is not None else [[(0.0, 0.0)] * len(iv) for iv in busy_intervals]
+    splits = [time_split(iv, c, makespan) for iv, c in zip(busy_intervals, costs)]
+    busy = sum(s["compute_s"] + s["draft_s"] + s["kv_s"] for s in splits)
     return RolloutMetrics(
         makespan_s=makespan,
         throughput_tok_s=tokens / makespan,
@@ -101,6 +132,12 @@ def compute_metrics(
         idle_frac=[1.0 - busy_time(iv, makespan) / makespan for iv in busy_intervals],
         num_responses=len(responses),
         generated_tokens=tokens,
+        compute_s=[s["compute_s"] for s in splits],
+        draft_s=[s["draft_s"] for s in splits],
+        kv_s=[s["kv_s"] for s in splits],
+        idle_s=[s["idle_s"] for s in splits],
+        kv_frac=sum(s["kv_s"] for s in splits) / busy if busy > 0 else 0.0,
+        reprefill_reasons=dict(reprefill_reasons or {}),
     )
 
 

@@ -8,9 +8,12 @@ so instances never preempt.
 
 The buffer is the single source of truth for where each request is (buffered, running on instance i, finished)
 and for group progress; an `Ordering` (context_scheduler.py) decides which buffered request goes next, and
-`select` decides where: the instance that already holds the request's KV if the chunk fits there, otherwise the
-instance with the most free KV (then fewest running). Instances sit in a heap with lazy updates, so a round with
-k dispatches over N instances costs O(N + k log N + k log n).
+`select` decides where: the instance that already holds the request's KV if the chunk fits there and that
+instance is not overloaded, otherwise the instance with the most free KV (then fewest running), the KV moving
+through the pool. Overloaded means running more than `affinity_spread` requests beyond the least loaded live
+instance: affinity alone would let the instances that happen to hold KV keep their queues while others idle.
+Instances sit in heaps with lazy updates, so a round with k dispatches over N instances costs
+O(N + k log N + k log n).
 
 The buffer is not thread-safe: one driver loop owns it (select, then report chunk ends). At dispatch a request's
 `kv_instance` / `kv_in_pool` still say where its KV was (the `Assignment.kv_source` says how to get it);
@@ -45,6 +48,7 @@ class DispatchConfig:
     """How `select` places chunks."""
 
     prefer_kv_holder: bool = True  # resume on the instance whose cache still holds the KV when it fits
+    affinity_spread: int | None = None  # ... and runs at most this many more requests than the least loaded
     extra_tokens: int = 0  # KV headroom per chunk beyond chunk_max_tokens (e.g. speculative draft tokens)
     max_skips: int = 0  # requests that fit nowhere that a round may pass over (0: stop at the first one)
 
@@ -56,6 +60,7 @@ class _InstancePicker:
         self._config = config
         self._by_id: dict[int, InstanceState] = {}
         self._heap: list[tuple[int, int, int, int]] = []
+        self._load: list[tuple[int, int, int]] = []  # (running, id, version) of every live instance
         largest: int | None = 0
         for inst in instances:
             iid = inst.instance_id
@@ -64,15 +69,18 @@ class _InstancePicker:
             self._by_id[iid] = inst
             if inst.alive:
                 largest = None if largest is None or inst.total_blocks is None else max(largest, inst.total_blocks)
+                self._load.append((inst.running, iid, 0))
                 if inst.running < inst.max_running:
                     self._heap.append((-inst.free_blocks * inst.block_size, inst.running, iid, 0))
         heapq.heapify(self._heap)
+        heapq.heapify(self._load)
         self._version = dict.fromkeys(self._by_id, 0)
         self._largest = largest  # None when some live instance does not report its size
 
     def _push(self, inst: InstanceState) -> None:
         version = self._version.get(inst.instance_id, -1) + 1
         self._version[inst.instance_id] = version
+        heapq.heappush(self._load, (inst.running, inst.instance_id, version))
         if inst.has_slot:
             key = (-inst.free_blocks * inst.block_size, inst.running, inst.instance_id, version)
             heapq.heappush(self._heap, key)
@@ -82,6 +90,16 @@ class _InstancePicker:
             heapq.heappop(self._heap)
         return self._by_id[self._heap[0][2]] if self._heap else None
 
+    def _least_running(self) -> int:
+        while self._load and self._version[self._load[0][1]] != self._load[0][2]:
+            heapq.heappop(self._load)
+        return self._load[0][0] if self._load else 0
+
+    def _affine(self, holder: InstanceState) -> bool:
+        """Whether the KV holder may take the chunk: it has a slot and is not overloaded."""
+        spread = self._config.affinity_spread
+        return holder.has_slot and (spread is None or holder.running - self._least_running() <= spread)
+
     @property
     def exhausted(self) -> bool:
         return self._top() is None
@@ -90,7 +108,7 @@ class _InstancePicker:
         """Reserve room for the chunk and return (instance, blocks), or None if it fits nowhere now."""
         extra = self._config.extra_tokens
         holder = self._by_id.get(req.kv_instance) if req.kv_instance is not None else None
-        if self._config.prefer_kv_holder and holder is not None and holder.has_slot:
+        if self._config.prefer_kv_holder and holder is not None and self._affine(holder):
             need = chunk_blocks_needed(req, holder, chunk, extra)
             if need <= holder.free_blocks:
                 return self._reserve(holder, need)

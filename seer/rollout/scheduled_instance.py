@@ -2,8 +2,18 @@
 
 Turning chunk starts into scheduler requests, pausing at chunk ends, resident KV, eviction to the pool and
 chunk-end events are identical for the real engine and the simulator; only ``execute`` (run or price a
-``SchedulerOutput``) and the KV byte movers differ. Keeping this in one torch-free class is what makes the
-simulator's scheduling decisions the engine's. Request ids are the buffer's ints; the scheduler sees ``str``.
+``SchedulerOutput``), the KV byte movers and the prices of drafting and KV movement differ. Keeping this in one
+torch-free class is what makes the simulator's scheduling decisions the engine's. Request ids are the buffer's
+ints; the scheduler sees ``str``.
+
+Every cost is on the instance's clock. A step's duration is its compute (the forward, or on a wall clock the
+whole schedule/forward/update), plus the drafting done before and after it, plus the KV moved to or from the
+global pool since the previous step (an eviction asked for by the driver, an import at a chunk's start). KV
+time is charged to the instance that moves the bytes, serially, at its next step; an instance left with only
+such a charge runs a step for it, so no transfer goes unpaid. ``StepReport`` carries the split.
+
+An import that cannot use the pool's KV (a miss, KV of other weights, no free blocks) recomputes the context;
+the tokens are counted as re-prefill with the reason, never silently.
 """
 
 from __future__ import annotations
@@ -11,12 +21,24 @@ from __future__ import annotations
 import abc
 import dataclasses
 import time
+from collections import Counter
+from typing import Protocol
 
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
 from seer.engine.speculator import Speculator
 from seer.rollout.instance import ChunkEvent, ChunkStart, Instance, StepReport
 from seer.rollout.types import InstanceState, KVSource
+
+
+class StepPricer(Protocol):
+    """Prices a step's compute, a KV transfer and a step's drafting (``seer.sim.cost_model.CostModel``)."""
+
+    def price(self, out: SchedulerOutput, quantum: int = 1) -> float: ...
+
+    def transfer_time(self, nbytes: float) -> float: ...
+
+    def draft_time(self, requests: int) -> float: ...
 
 
 class ScheduledInstance(Instance):
@@ -28,26 +50,47 @@ class ScheduledInstance(Instance):
         self.eos_token_ids = eos_token_ids
         self.chunk_base: dict[str, int] = {}   # output tokens at the start of the current chunk
         self.counters = {"kv_bytes_loaded": 0, "kv_bytes_saved": 0, "chunks": 0}
+        self.fallbacks: Counter[str] = Counter()  # tokens recomputed because an import failed, by reason
+        self.time_s = {"compute_s": 0.0, "draft_s": 0.0, "kv_s": 0.0}
+        self._pending_kv_s = 0.0                 # KV moved since the last step, charged to the next one
         self._base = dataclasses.replace(scheduler.stats)  # an engine outlives rollouts: report deltas
         self._preempt_seen = scheduler.stats.preemptions
 
     # ------------------------------------------------------------------ hooks for subclasses
     @abc.abstractmethod
-    def execute(self, out: SchedulerOutput) -> tuple[dict[str, StepResult], float]:
-        """Run (or price) one step; returns the results and the step's duration in seconds."""
+    def execute(self, out: SchedulerOutput) -> tuple[dict[str, StepResult], float | None]:
+        """Run (or price) one step; returns the results and the step's compute price in seconds, or None to
+        charge the measured wall time of scheduling, running and updating the step."""
 
     @abc.abstractmethod
     def save_kv(self, req: Request) -> int:
         """Write a request's computed KV to the global pool; returns bytes written."""
 
     @abc.abstractmethod
-    def load_kv(self, req: Request, request_id: int) -> int:
-        """Read a request's KV from the pool into its (already allocated) blocks; returns the tokens covered
-        (0 if the pool lost it: the request then recomputes) and adds the bytes read to the counters."""
+    def load_kv(self, req: Request, request_id: int) -> tuple[int, str]:
+        """Read a request's KV from the pool into its (already allocated) blocks and add the bytes read to the
+        counters. Returns the tokens covered and, when that is 0 (the request then recomputes), the reason:
+        ``pool_miss`` or ``weight_version``."""
+
+    @abc.abstractmethod
+    def discard_kv(self, request_id: int) -> None:
+        """Drop a request's pool entry that will not be used (it recomputes here instead)."""
 
     def idle_duration(self, elapsed_s: float) -> float:
         """Duration of a step that scheduled nothing: the wall time it took (a simulator charges a fixed tick)."""
         return elapsed_s
+
+    def draft_cost(self, elapsed_s: float, drafted: int) -> float:
+        """Price of one step's drafting for ``drafted`` requests: its wall time (a cost model prices it)."""
+        return elapsed_s
+
+    def kv_cost(self, elapsed_s: float, nbytes: int) -> float:
+        """Price of moving ``nbytes`` of KV to or from the pool: its wall time (a cost model prices it)."""
+        return elapsed_s
+
+    def charge_kv(self, elapsed_s: float, nbytes: int) -> None:
+        """Charge a KV transfer to this instance's next step."""
+        self._pending_kv_s += self.kv_cost(elapsed_s, nbytes)
 
     # ------------------------------------------------------------------ Instance
     def state(self) -> InstanceState:
@@ -72,7 +115,7 @@ class ScheduledInstance(Instance):
 
     def start(self, chunk: ChunkStart) -> None:
         rid = str(chunk.spec.request_id)
-        reserve = (len(chunk.spec.prompt_token_ids) + chunk.chunk_end) if chunk.reserve else 0
+        reserve = (len(chunk.spec.prompt_token_ids) + chunk.chunk_end + chunk.headroom) if chunk.reserve else 0
         if chunk.kv_source is KVSource.LOCAL:
             req = self.scheduler.resume(rid, chunk.chunk_end, reserve)
         else:
@@ -91,38 +134,57 @@ class ScheduledInstance(Instance):
         bm = self.scheduler.block_manager
         tokens = req.num_tokens - 1
         if not bm.allocate(req, tokens):
-            return  # no room now: recompute instead (the scheduler admits it when blocks free up)
-        covered = self.load_kv(req, request_id)
+            self.discard_kv(request_id)
+            self._fall_back(req, tokens, "no_free_blocks")
+            return
+        loaded, t0 = self.counters["kv_bytes_loaded"], time.perf_counter()
+        covered, reason = self.load_kv(req, request_id)
+        self.charge_kv(time.perf_counter() - t0, self.counters["kv_bytes_loaded"] - loaded)
         if covered <= 0:
             bm.free(req)
+            self._fall_back(req, tokens, reason)
             return
         req.num_computed_tokens = covered
         bm.cache_full_blocks(req)
 
+    def _fall_back(self, req: Request, tokens: int, reason: str) -> None:
+        """The request recomputes ``tokens`` of context it had: the scheduler counts them as re-prefill."""
+        req.max_computed_tokens = max(req.max_computed_tokens, tokens)
+        self.fallbacks[reason] += tokens
+
     def has_work(self) -> bool:
-        return self.scheduler.has_unfinished
+        return self.scheduler.has_unfinished or self._pending_kv_s > 0
 
     def step(self) -> StepReport:
-        if self.speculator is not None:
-            self.speculator.before_schedule(self.scheduler)
+        t_start = time.perf_counter()
+        drafted = self.speculator.before_schedule(self.scheduler) if self.speculator is not None else 0
+        t_sched = time.perf_counter()
         out = self.scheduler.schedule()
         reqs = {c.request_id: self.scheduler.requests[c.request_id] for c in out.chunks}
         before = {rid: r.num_output_tokens for rid, r in reqs.items()}
-        t0 = time.perf_counter()
-        results, duration = self.execute(out) if not out.is_empty else ({}, 0.0)
+        results, price = self.execute(out) if not out.is_empty else ({}, None)
         stopped = self.scheduler.update_from_output(out, results)
+        t_updated = time.perf_counter()
         if self.speculator is not None:
             self.speculator.after_update(out, results, reqs)
+        draft_wall = (t_sched - t_start) + (time.perf_counter() - t_updated)
+        if out.is_empty:
+            compute = self.idle_duration(t_updated - t_sched) if self.scheduler.has_unfinished else 0.0
+        else:
+            compute = t_updated - t_sched if price is None else price
+        draft = self.draft_cost(draft_wall, drafted) if self.speculator is not None else 0.0
+        kv, self._pending_kv_s = self._pending_kv_s, 0.0
+        for key, value in (("compute_s", compute), ("draft_s", draft), ("kv_s", kv)):
+            self.time_s[key] += value
         events = [self._event(r) for r in stopped]
         preempt = self.scheduler.stats.preemptions - self._preempt_seen
         self._preempt_seen = self.scheduler.stats.preemptions
         trace = tuple((c.request_id, c.start, c.num_new_tokens, c.num_spec_tokens) for c in out.chunks)
-        if out.is_empty:
-            duration = max(duration, self.idle_duration(time.perf_counter() - t0))
         new = [(int(rid), r.output_token_ids[before[rid]:]) for rid, r in reqs.items()
                if r.num_output_tokens > before[rid]]
-        return StepReport(duration, events, out.num_batched_tokens, len(self.scheduler.running), preempt,
-                          stalled=out.is_empty and self.scheduler.has_unfinished, trace=trace, new_tokens=new)
+        return StepReport(compute + draft + kv, events, out.num_batched_tokens, len(self.scheduler.running),
+                          preempt, stalled=out.is_empty and self.scheduler.has_unfinished, trace=trace,
+                          new_tokens=new, draft_s=draft, kv_s=kv)
 
     def _event(self, req: Request) -> ChunkEvent:
         base = self.chunk_base.pop(req.request_id, 0)
@@ -138,7 +200,9 @@ class ScheduledInstance(Instance):
 
     def evict(self, request_id: int) -> int:
         req = self.scheduler.paused[str(request_id)]
+        t0 = time.perf_counter()
         nbytes = self.save_kv(req)
+        self.charge_kv(time.perf_counter() - t0, nbytes)
         self.counters["kv_bytes_saved"] += nbytes
         self.release(request_id)
         return nbytes
@@ -151,7 +215,15 @@ class ScheduledInstance(Instance):
     def stats(self) -> dict:
         s, b = self.scheduler.stats, self._base
         delta = {f.name: getattr(s, f.name) - getattr(b, f.name) for f in dataclasses.fields(s)}
-        draft_s = self.speculator.draft_s if self.speculator is not None else 0.0
-        return dict(self.counters, draft_s=draft_s, **{k: delta[k] for k in (
-            "preemptions", "reprefill_tokens", "prompt_tokens_computed", "output_tokens", "spec_drafted",
-            "spec_accepted", "spec_steps", "spec_bonus")})
+        return dict(self.counters, **self.time_s, reprefill_reasons=self.reprefill_reasons(delta["reprefill_tokens"]),
+                    **{k: delta[k] for k in ("preemptions", "reprefill_tokens", "prompt_tokens_computed",
+                                             "output_tokens", "spec_drafted", "spec_accepted", "spec_steps",
+                                             "spec_bonus")})
+
+    def reprefill_reasons(self, reprefill_tokens: int) -> dict[str, int]:
+        """Tokens this instance recomputed, by reason: failed imports by their reason, the rest preemption."""
+        reasons = {k: v for k, v in self.fallbacks.items() if v}
+        preempted = reprefill_tokens - sum(reasons.values())
+        if preempted > 0:
+            reasons["preemption"] = preempted
+        return reasons

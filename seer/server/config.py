@@ -68,7 +68,7 @@ class ModelLimits:
         from seer.rollout.policies import get_policy
 
         cfg = coordinator.config
-        headroom = cfg.spec.gamma_max if get_policy(policy or cfg.policy).speculative else 0
+        headroom = cfg.spec.kv_headroom if get_policy(policy or cfg.policy).speculative else 0
         engines = getattr(coordinator.backend, "engines", None)
         if engines:
             engine = engines[0]

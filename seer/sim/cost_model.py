@@ -36,12 +36,15 @@ class CostConstants:
     per_seq_overhead_s: float = 0.0     # per scheduled sequence per step
     pool_bandwidth: float = 50e9        # bytes/s per GPU to/from the global KV pool (a 400 Gb/s RDMA NIC each)
     pool_latency_s: float = 1e-4        # per transfer
+    # Drafting, per request that drafts, added to its instance's step. 0 for the GPU presets: there the draft
+    # server runs on host CPUs while the accelerator computes, as in the paper; a CPU engine pays it in line.
+    draft_s_per_request: float = 0.0
 
     def __post_init__(self) -> None:
         if self.compute_efficiency <= 0 or self.memory_efficiency <= 0:
             raise ValueError("compute_efficiency and memory_efficiency must be > 0 (fractions of the profile's "
                              "nominal peaks; above 1 only if the profile understates the hardware)")
-        if min(self.step_overhead_s, self.per_seq_overhead_s, self.pool_latency_s) < 0:
+        if min(self.step_overhead_s, self.per_seq_overhead_s, self.pool_latency_s, self.draft_s_per_request) < 0:
             raise ValueError("overheads and latencies must be >= 0")
         if self.pool_bandwidth <= 0:
             raise ValueError("pool_bandwidth must be > 0")
@@ -124,6 +127,10 @@ class CostModel:
         if nbytes <= 0:
             return 0.0
         return self.constants.pool_latency_s + nbytes / (self.constants.pool_bandwidth * self.instance.gpus)
+
+    def draft_time(self, requests: int) -> float:
+        """Seconds of drafting charged to a step in which ``requests`` requests drafted."""
+        return self.constants.draft_s_per_request * requests
 
     def kv_bytes(self, tokens: float) -> float:
         """Bytes of one replica of ``tokens`` tokens of KV (what the pool stores)."""

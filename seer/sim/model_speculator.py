@@ -53,8 +53,9 @@ class ModelSpeculator:
     def forget(self, request_id: str) -> None:
         self._alpha_at.pop(request_id, None)
 
-    def before_schedule(self, scheduler: Scheduler) -> None:
-        """Give the decoding requests of this instance their drafts for the next step."""
+    def before_schedule(self, scheduler: Scheduler) -> int:
+        """Give the decoding requests of this instance their drafts for the next step; returns how many may
+        draft."""
         gamma = self.config.gamma_max
         ready: list[Request] = []
         for req in scheduler.running:
@@ -63,7 +64,7 @@ class ModelSpeculator:
             if req.num_computed_tokens == req.num_tokens - 1:  # not still prefilling
                 ready.append(req)
         if not ready:
-            return
+            return 0
         weights = [_binned(w) for w in critical_weights(ready)]
         ctx = sum(req.num_computed_tokens + 0.5 for req in ready)
         cands = [(req, draft_limit(req, gamma), w) for req, w in zip(ready, weights)]
@@ -73,6 +74,7 @@ class ModelSpeculator:
             allocate(classes, self.cost, self.quantum, len(ready), ctx, self.config.draft_cost_s,
                      base_value=sum(weights))
             apply_drafts(classes)
+        return len(cands)
 
     def after_update(self, out: SchedulerOutput, results: dict[str, StepResult], reqs: dict[str, Request]) -> None:
         """Record each emitting request's new progress (the scheduler has appended its tokens)."""

@@ -74,7 +74,6 @@ class SimInstance(ScheduledInstance):
         self.clock = clock
         self.check = check
         self.timeline = Timeline() if record else None
-        self._pending_transfer_s = 0.0
         self._local_now = 0.0
         self._model_accept = getattr(speculator, "accepted", None)   # ModelSpeculator: no tokens to compare
         self._policy = getattr(speculator, "policy", None)           # engine Speculator: adaptive policy
@@ -118,6 +117,12 @@ class SimInstance(ScheduledInstance):
         """A step that scheduled nothing costs one scheduler tick of virtual time (never host wall time)."""
         return max(self.cost.constants.step_overhead_s, 1e-6)
 
+    def draft_cost(self, elapsed_s: float, drafted: int) -> float:
+        return self.cost.draft_time(drafted)
+
+    def kv_cost(self, elapsed_s: float, nbytes: int) -> float:
+        return self.cost.transfer_time(nbytes) if nbytes else 0.0
+
     # ------------------------------------------------------------------ ScheduledInstance hooks
     def _price_verify_row(self) -> None:
         """Give the engine's adaptive policy ``T(B, n)`` for this instance's decoding batch at its contexts."""
@@ -147,9 +152,7 @@ class SimInstance(ScheduledInstance):
             a = self._accepted(req, c.num_spec_tokens) if c.num_spec_tokens else 0
             toks = req.forced_token_ids[pos:pos + a + 1]  # type: ignore[index]
             results[c.request_id] = StepResult(toks, [0.0] * len(toks), a)
-        duration = self.cost.price(out, self.quantum) + self._pending_transfer_s
-        self._pending_transfer_s = 0.0
-        return results, duration
+        return results, self.cost.price(out, self.quantum)
 
     def _accepted(self, req: Request, num_spec: int) -> int:
         """Drafts accepted: the acceptance model's draw, or greedy verification against the recording (a draft
@@ -170,18 +173,19 @@ class SimInstance(ScheduledInstance):
         tokens = req.num_computed_tokens
         nbytes = int(self.cost.kv_bytes(tokens * self.quantum))
         self.pool.put(int(req.request_id), tokens, nbytes)
-        self._pending_transfer_s += self.cost.transfer_time(nbytes)
         return nbytes
 
-    def load_kv(self, req: Request, request_id: int) -> int:
+    def load_kv(self, req: Request, request_id: int) -> tuple[int, str]:
         tokens = self.pool.pop(request_id)
         if tokens <= 0:
-            return 0
+            return 0, "pool_miss"
         nbytes = int(self.cost.kv_bytes(tokens * self.quantum))
         self.pool.record_get(nbytes)
         self.counters["kv_bytes_loaded"] += nbytes
-        self._pending_transfer_s += self.cost.transfer_time(nbytes)
-        return tokens
+        return tokens, ""
+
+    def discard_kv(self, request_id: int) -> None:
+        self.pool.pop(request_id)
 
     # ------------------------------------------------------------------ checks
     def check_integrity(self) -> None:

@@ -28,10 +28,16 @@ class FakeInstance(ScheduledInstance):
         FakeInstance.shared_pool[int(req.request_id)] = req.num_computed_tokens
         return req.num_computed_tokens * 10
 
-    def load_kv(self, req: Request, request_id: int) -> int:
+    def load_kv(self, req: Request, request_id: int) -> tuple[int, str]:
         n = FakeInstance.shared_pool.pop(request_id)
         self.counters["kv_bytes_loaded"] += n * 10
-        return n
+        return n, ""
+
+    def discard_kv(self, request_id: int) -> None:
+        FakeInstance.shared_pool.pop(request_id, None)
+
+    def kv_cost(self, elapsed_s: float, nbytes: int) -> float:
+        return 1e-7 * nbytes  # deterministic, like the step price
 
 
 def groups(n=6, g=4, max_tokens=40):

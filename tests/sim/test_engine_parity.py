@@ -7,6 +7,8 @@ no model). Step durations come from one roofline ``CostModel`` on both sides (th
 running it), pool transfers cost nothing on either side, so the only thing that could differ is a decision.
 The test asserts that the two ``SchedulerOutput`` sequences are identical per instance, for the baseline
 (continuous batching with preemption), every divided ordering and grouped speculation, under KV pressure.
+Drafting and pool transfers are priced on both sides (per drafting request; per KV token moved, at the simulated
+model's bytes per token), so every cost the clock carries is part of what must agree.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from seer.engine.block_manager import BlockManager
 from seer.engine.config import EngineConfig
@@ -34,8 +37,7 @@ from tests.sim.helpers import small_cluster
 
 VOCAB = 128
 INSTANCES = 2
-# Transfers priced at exactly zero on the simulated side too (the engine's cost callable sees no transfers).
-COST = CostModel(small_cluster().instance, CostConstants(pool_latency_s=0.0, pool_bandwidth=1e300))
+COST = CostModel(small_cluster().instance, CostConstants(draft_s_per_request=2e-4))
 
 
 def trace(groups: int = 6, size: int = 4, seed: int = 0) -> list[GroupInput]:
@@ -58,10 +60,15 @@ def trace(groups: int = 6, size: int = 4, seed: int = 0) -> list[GroupInput]:
 
 
 class PricedEngineInstance(EngineInstance):
-    """The engine with a cost model: an empty step costs the simulator's scheduler tick, not host wall time."""
+    """The engine with a cost model: an empty step costs the simulator's scheduler tick, not host wall time, and
+    a transfer costs what the simulator charges for the same number of KV tokens."""
 
     def idle_duration(self, elapsed_s: float) -> float:
         return max(COST.constants.step_overhead_s, 1e-6)
+
+    def kv_cost(self, elapsed_s: float, nbytes: int) -> float:
+        tokens = nbytes // self.engine.model_config.kv_bytes_per_token(torch.float32)
+        return COST.transfer_time(COST.kv_bytes(tokens)) if tokens else 0.0
 
 
 def speculators(speculative: bool) -> tuple[list[Speculator | None], DraftServer | None]:
@@ -87,7 +94,7 @@ def test_simulator_and_engine_make_identical_decisions(tiny, policy: str) -> Non
 
     specs, server = speculators(pol.speculative)
     shared = LocalKVPool(1 << 28)  # one global KV pool, as in the in-process backend
-    real = [PricedEngineInstance(i, e, shared, s, cost_model=lambda out, reqs: COST.price(out))
+    real = [PricedEngineInstance(i, e, shared, s, cost_model=COST)
             for i, (e, s) in enumerate(zip(engines, specs))]
     eng = RolloutDriver(pol, real, groups, chunk_tokens=8, draft_headroom=headroom, draft_server=server).run()
 
@@ -115,3 +122,10 @@ def test_simulator_and_engine_make_identical_decisions(tiny, policy: str) -> Non
         assert eng.metrics.reprefill_tokens == 0
     if pol.speculative:
         assert sum(i.scheduler.stats.spec_accepted for i in sims) > 0
+        assert sum(eng.metrics.draft_s) > 0
+    if pol.divided:
+        assert sum(eng.metrics.kv_s) > 0 and eng.metrics.reprefill_reasons == {}
+    for split in (sim.metrics, eng.metrics):                 # where the time went sums to the makespan
+        for parts in zip(split.compute_s, split.draft_s, split.kv_s, split.idle_s):
+            assert sum(parts) == pytest.approx(split.makespan_s)
+    assert sim.metrics.kv_s == eng.metrics.kv_s and sim.metrics.draft_s == eng.metrics.draft_s

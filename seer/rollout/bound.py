@@ -1,0 +1,57 @@
+"""The makespan no rollout policy can beat on this hardware, so a result shows how much room is left.
+
+Two things bound any schedule of a rollout over ``I`` instances, with ``T(B, n)`` the profiled step time of
+``B`` sequences computing ``n`` tokens each and ``tau`` a measured mean acceptance length (tokens a verification
+emits, bonus included; 1 without drafting). A step computing ``n`` tokens of a sequence emits at most ``n`` of
+them, and on average no more than ``tau``, so it is credited ``min(n, tau)``:
+- the longest response must be generated token after token; alone on an instance (batch 1, nothing else slowing
+  its steps) that takes ``L * min over n of T(1, n) / min(n, tau_g)``, with ``tau_g`` measured on its group;
+- all generated tokens must be produced at no more than the best aggregate rate,
+  ``I * max over (B, n) of B * min(n, tau) / T(B, n)`` with ``tau`` the rollout's.
+``bound_s`` is the larger of the two. Both terms are optimistic (prefill, scheduling, drafting and KV movement
+are free; the profile's short context makes steps cheap), so a policy's ``makespan / bound_s`` overstates the
+room left, never understates it. The profile must be measured on a quiet machine, or the bound is loose.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from seer.spec.policy import VerifyCostModel
+
+
+def credited(tau: float, tokens_per_seq: float) -> float:
+    """Tokens a step computing ``tokens_per_seq`` tokens of a sequence is credited with: no more than it
+    computes, no more than the measured mean ``tau``, at least the one a plain decode step emits."""
+    return max(1.0, min(tokens_per_seq, tau))
+
+
+@dataclass(frozen=True)
+class RolloutBound:
+    bound_s: float
+    longest_s: float          # the longest response alone
+    work_s: float             # all tokens at the best aggregate rate
+    longest_tokens: int
+    total_tokens: int
+    peak_tok_s: float         # the best aggregate rate over all instances
+    tau: float                # mean acceptance length the work term assumes
+    longest_tau: float        # ... and the longest response's term (its group's)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def rollout_bound(lengths: Sequence[int], instances: int, cost: VerifyCostModel, *, tau: float = 1.0,
+                  longest_tau: float | None = None) -> RolloutBound:
+    """The bound for responses of ``lengths`` tokens on ``instances`` instances whose steps ``cost`` prices."""
+    if not lengths or instances < 1:
+        raise ValueError("a bound needs at least one response and one instance")
+    tau_long = tau if longest_tau is None else longest_tau
+    longest, total = max(lengths), sum(lengths)
+    longest_s = longest * min(cost.step_time(1, n) / credited(tau_long, n) for n in cost.tokens_per_seq)
+    peak = instances * max(b * credited(tau, n) / cost.step_time(b, n)
+                           for b in cost.batch_sizes for n in cost.tokens_per_seq)
+    work_s = total / peak
+    return RolloutBound(max(longest_s, work_s), longest_s, work_s, longest, total, peak, tau, tau_long)
