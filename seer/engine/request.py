@@ -40,6 +40,7 @@ class Request:
     output_logprobs: list[float] = field(default_factory=list)
     num_computed_tokens: int = 0
     max_computed_tokens: int = 0  # high-water mark: tokens recomputed below it count as re-prefill
+    reprefill_reason: str | None = None  # why they are recomputed (None: preemption)
     block_ids: list[int] = field(default_factory=list)
     num_hashed_blocks: int = 0
     spec_token_ids: list[int] = field(default_factory=list)

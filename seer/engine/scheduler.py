@@ -11,7 +11,7 @@ Torch-free: the simulator drives this class unchanged with a cost model instead 
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from seer.engine.block_manager import BlockKey, BlockManager
@@ -91,6 +91,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.paused: dict[str, Request] = {}
         self.stats = SchedulerStats()
+        self.reprefill_reasons: Counter[str] = Counter()  # stats.reprefill_tokens by why they were recomputed
         self._arrivals = 0
 
     # ------------------------------------------------------------------ submission
@@ -218,7 +219,9 @@ class Scheduler:
         start = req.num_computed_tokens
         num_spec = max(0, start + n - req.num_tokens)
         if start < req.max_computed_tokens:
-            self.stats.reprefill_tokens += min(start + n, req.max_computed_tokens) - start
+            redone = min(start + n, req.max_computed_tokens) - start
+            self.stats.reprefill_tokens += redone
+            self.reprefill_reasons[req.reprefill_reason or "preemption"] += redone
         if start < req.num_prompt_tokens:
             self.stats.prompt_tokens_computed += min(start + n, req.num_prompt_tokens) - start
             if self.block_manager.enable_prefix_caching:
@@ -232,6 +235,7 @@ class Scheduler:
         self.running.remove(req)
         self.block_manager.free(req)
         req.max_computed_tokens = max(req.max_computed_tokens, req.num_computed_tokens)
+        req.reprefill_reason = None
         req.num_computed_tokens = 0
         req.spec_token_ids = []
         req.spec_parents = None

@@ -8,10 +8,11 @@ so instances never preempt.
 
 The buffer is the single source of truth for where each request is (buffered, running on instance i, finished)
 and for group progress; an `Ordering` (context_scheduler.py) decides which buffered request goes next, and
-`select` decides where: the instance that already holds the request's KV if the chunk fits there and that
-instance is not overloaded, otherwise the instance with the most free KV (then fewest running), the KV moving
-through the pool. Overloaded means running more than `affinity_spread` requests beyond the least loaded live
-instance: affinity alone would let the instances that happen to hold KV keep their queues while others idle.
+`select` decides where: the instance that already holds the request's KV if the chunk fits there, otherwise the
+instance with the most free KV (then fewest running), the KV moving through the pool. A holder running more than
+`affinity_spread` requests beyond the least loaded live instance is overloaded: the least loaded instance takes
+the chunk if it fits there, since affinity alone lets the instances that happen to hold KV keep long queues
+while others idle.
 Instances sit in heaps with lazy updates, so a round with k dispatches over N instances costs
 O(N + k log N + k log n).
 
@@ -90,15 +91,14 @@ class _InstancePicker:
             heapq.heappop(self._heap)
         return self._by_id[self._heap[0][2]] if self._heap else None
 
-    def _least_running(self) -> int:
-        while self._load and self._version[self._load[0][1]] != self._load[0][2]:
+    def _least_loaded(self) -> InstanceState:
+        while self._version[self._load[0][1]] != self._load[0][2]:
             heapq.heappop(self._load)
-        return self._load[0][0] if self._load else 0
+        return self._by_id[self._load[0][1]]
 
-    def _affine(self, holder: InstanceState) -> bool:
-        """Whether the KV holder may take the chunk: it has a slot and is not overloaded."""
+    def _overloaded(self, holder: InstanceState) -> bool:
         spread = self._config.affinity_spread
-        return holder.has_slot and (spread is None or holder.running - self._least_running() <= spread)
+        return spread is not None and holder.running - self._least_loaded().running > spread
 
     @property
     def exhausted(self) -> bool:
@@ -108,10 +108,16 @@ class _InstancePicker:
         """Reserve room for the chunk and return (instance, blocks), or None if it fits nowhere now."""
         extra = self._config.extra_tokens
         holder = self._by_id.get(req.kv_instance) if req.kv_instance is not None else None
-        if self._config.prefer_kv_holder and holder is not None and self._affine(holder):
-            need = chunk_blocks_needed(req, holder, chunk, extra)
-            if need <= holder.free_blocks:
-                return self._reserve(holder, need)
+        if self._config.prefer_kv_holder and holder is not None and holder.has_slot:
+            if self._overloaded(holder):  # the least loaded instance takes it if it fits, the KV moving there
+                least = self._least_loaded()
+                need = chunk_blocks_needed(req, least, chunk, extra)
+                if least.has_slot and need <= least.free_blocks:
+                    return self._reserve(least, need)
+            else:
+                need = chunk_blocks_needed(req, holder, chunk, extra)
+                if need <= holder.free_blocks:
+                    return self._reserve(holder, need)
         top = self._top()
         if top is None:
             return None

@@ -50,11 +50,11 @@ class ScheduledInstance(Instance):
         self.eos_token_ids = eos_token_ids
         self.chunk_base: dict[str, int] = {}   # output tokens at the start of the current chunk
         self.counters = {"kv_bytes_loaded": 0, "kv_bytes_saved": 0, "chunks": 0}
-        self.fallbacks: Counter[str] = Counter()  # tokens recomputed because an import failed, by reason
         self.time_s = {"compute_s": 0.0, "draft_s": 0.0, "kv_s": 0.0}
         self._pending_kv_s = 0.0                 # KV moved since the last step, charged to the next one
         self._base = dataclasses.replace(scheduler.stats)  # an engine outlives rollouts: report deltas
         self._preempt_seen = scheduler.stats.preemptions
+        self._base_reasons = Counter(scheduler.reprefill_reasons)
 
     # ------------------------------------------------------------------ hooks for subclasses
     @abc.abstractmethod
@@ -147,10 +147,12 @@ class ScheduledInstance(Instance):
         req.num_computed_tokens = covered
         bm.cache_full_blocks(req)
 
-    def _fall_back(self, req: Request, tokens: int, reason: str) -> None:
-        """The request recomputes ``tokens`` of context it had: the scheduler counts them as re-prefill."""
+    @staticmethod
+    def _fall_back(req: Request, tokens: int, reason: str) -> None:
+        """The request recomputes ``tokens`` of context it had: the scheduler counts them as re-prefill (less
+        any prompt prefix still cached here) under ``reason``."""
         req.max_computed_tokens = max(req.max_computed_tokens, tokens)
-        self.fallbacks[reason] += tokens
+        req.reprefill_reason = reason
 
     def has_work(self) -> bool:
         return self.scheduler.has_unfinished or self._pending_kv_s > 0
@@ -215,15 +217,11 @@ class ScheduledInstance(Instance):
     def stats(self) -> dict:
         s, b = self.scheduler.stats, self._base
         delta = {f.name: getattr(s, f.name) - getattr(b, f.name) for f in dataclasses.fields(s)}
-        return dict(self.counters, **self.time_s, reprefill_reasons=self.reprefill_reasons(delta["reprefill_tokens"]),
+        return dict(self.counters, **self.time_s, reprefill_reasons=self.reprefill_reasons(),
                     **{k: delta[k] for k in ("preemptions", "reprefill_tokens", "prompt_tokens_computed",
                                              "output_tokens", "spec_drafted", "spec_accepted", "spec_steps",
                                              "spec_bonus")})
 
-    def reprefill_reasons(self, reprefill_tokens: int) -> dict[str, int]:
-        """Tokens this instance recomputed, by reason: failed imports by their reason, the rest preemption."""
-        reasons = {k: v for k, v in self.fallbacks.items() if v}
-        preempted = reprefill_tokens - sum(reasons.values())
-        if preempted > 0:
-            reasons["preemption"] = preempted
-        return reasons
+    def reprefill_reasons(self) -> dict[str, int]:
+        """Tokens this instance recomputed in this rollout, by reason (failed imports, preemption)."""
+        return dict(self.scheduler.reprefill_reasons - self._base_reasons)

@@ -56,6 +56,18 @@ def test_migration_through_pool_has_no_reprefill(tiny, reference):
     moved = [r for r in res.responses if len(set(r.instance_history)) > 1]
     assert moved, "expected some requests to change instance"
     assert res.metrics.reprefill_tokens == 0 and res.metrics.kv_bytes_moved > 0
+    assert res.metrics.reprefill_reasons == {}                 # no import fell back to recomputation
+    assert sum(res.metrics.kv_s) > 0 and res.metrics.kv_frac > 0  # the moves were on the clock
+    assert [r.token_ids for r in res.responses] == reference
+
+
+def test_tree_drafts_reserve_their_kv_so_divided_never_preempts(tiny, reference):
+    spec = SpecConfig(adaptive=False, k_branches=2, gamma_max=4, tree_tokens=12)
+    assert spec.kv_headroom == 12
+    with coordinator(tiny, num_kv_blocks=30, spec=spec) as c:
+        res = c.rollout(groups(), policy="seer", progress=False).result
+    assert res.metrics.preemptions == 0 and res.metrics.reprefill_tokens == 0
+    assert res.stats["spec"]["steps"] > 0 and sum(res.metrics.draft_s) > 0
     assert [r.token_ids for r in res.responses] == reference
 
 

@@ -29,7 +29,9 @@ class FakeInstance(ScheduledInstance):
         return req.num_computed_tokens * 10
 
     def load_kv(self, req: Request, request_id: int) -> tuple[int, str]:
-        n = FakeInstance.shared_pool.pop(request_id)
+        n = FakeInstance.shared_pool.pop(request_id, 0)
+        if not n:
+            return 0, "pool_miss"
         self.counters["kv_bytes_loaded"] += n * 10
         return n, ""
 
@@ -38,6 +40,32 @@ class FakeInstance(ScheduledInstance):
 
     def kv_cost(self, elapsed_s: float, nbytes: int) -> float:
         return 1e-7 * nbytes  # deterministic, like the step price
+
+
+def test_time_split_sums_to_the_makespan_and_kv_moves_are_charged():
+    res = run("divided")
+    m = res.metrics
+    for parts in zip(m.compute_s, m.draft_s, m.kv_s, m.idle_s):
+        assert sum(parts) == pytest.approx(m.makespan_s)
+    assert sum(m.kv_s) == pytest.approx(1e-7 * m.kv_bytes_moved)  # every byte moved was paid for, once
+    assert 0 < m.kv_frac < 1 and m.reprefill_reasons == {}
+
+
+def test_a_pool_miss_recomputes_and_says_why():
+    FakeInstance.shared_pool = {}
+    insts = [FakeInstance(i) for i in range(2)]
+    real_save = FakeInstance.save_kv
+    FakeInstance.save_kv = lambda self, req: req.num_computed_tokens * 10  # writes nothing: every import misses
+    try:
+        drv = RolloutDriver(get_policy("divided"), insts, groups(), chunk_tokens=8)
+        res = drv.run()
+    finally:
+        FakeInstance.save_kv = real_save
+    assert res.stats["kv_sources"].get("pool", 0) > 0
+    reasons = res.metrics.reprefill_reasons
+    assert set(reasons) == {"pool_miss"} and reasons["pool_miss"] == res.metrics.reprefill_tokens > 0
+    assert [len(v) for v in res.groups().values()] == [4] * 6
+    assert [r.token_ids for r in res.responses] == [r.token_ids for r in run("verl", n_inst=1, num_blocks=512).responses]
 
 
 def groups(n=6, g=4, max_tokens=40):

@@ -57,6 +57,20 @@ def test_moves_to_the_roomiest_instance_through_the_pool_when_the_holder_is_full
     assert buf.kv_sources[KVSource.POOL] == 1 and buf.reprefill_tokens == 0
 
 
+def test_kv_affinity_yields_to_an_overloaded_holder() -> None:
+    def place(spread: int | None, holder_running: int) -> KVSource:
+        buf = one_group_buffer(affinity_spread=spread)
+        buf.take(0, 0)
+        buf.on_chunk_done(0, 16, kv_instance=0, kv_in_pool=True)
+        holder = InstanceState(0, 50, 16, running=holder_running, max_running=64)
+        [a] = buf.select([holder, InstanceState(1, 40, 16, running=0, max_running=64)])
+        return a.kv_source
+
+    assert place(None, 40) is KVSource.LOCAL   # unbounded affinity: stays however loaded
+    assert place(32, 32) is KVSource.LOCAL     # within the spread
+    assert place(32, 33) is KVSource.POOL      # beyond it: moved to the other instance with its KV
+
+
 def test_lost_kv_is_recomputed_and_counted() -> None:
     buf = one_group_buffer(prompt_len=10)
     buf.take(0, 0)

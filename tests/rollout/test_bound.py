@@ -1,0 +1,37 @@
+"""The rollout bound: its two terms, and that no schedule of the profiled steps beats it."""
+
+import pytest
+
+from seer.rollout.bound import credited, rollout_bound
+from seer.spec.policy import VerifyCostModel
+
+# batch 1: 10 ms a plain step, 25 ms verifying 2 drafts; batch 8: 40 ms per token each sequence computes
+COST = VerifyCostModel([1, 8], [1, 3], [[0.010, 0.025], [0.040, 0.120]])
+
+
+def test_credit_is_capped_by_tokens_computed_and_by_tau():
+    assert credited(2.5, 1) == 1.0 and credited(2.5, 3) == 2.5 and credited(2.5, 2) == 2.0
+    assert credited(0.0, 3) == 1.0  # no drafting measured: a step still emits one token
+
+
+def test_longest_response_term_binds_a_long_tail():
+    b = rollout_bound([100, 10, 10], instances=4, cost=COST)
+    assert b.longest_s == pytest.approx(100 * 0.010) and b.bound_s == b.longest_s
+    drafted = rollout_bound([100, 10, 10], instances=4, cost=COST, tau=2.0, longest_tau=3.0)
+    assert drafted.longest_s == pytest.approx(100 * 0.025 / 3.0)  # 3 tokens per 25 ms verification
+
+
+def test_work_term_binds_many_responses():
+    lengths = [50] * 64
+    b = rollout_bound(lengths, instances=2, cost=COST)
+    assert b.peak_tok_s == pytest.approx(2 * 8 / 0.040) and b.work_s == pytest.approx(3200 / 400)
+    assert b.bound_s == b.work_s > b.longest_s
+    # drafting cannot raise the compute-bound peak: batch 8 verifying 3 tokens costs 3x a plain step
+    assert rollout_bound(lengths, instances=2, cost=COST, tau=3.0).peak_tok_s == pytest.approx(b.peak_tok_s)
+
+
+def test_bad_input_is_an_error():
+    with pytest.raises(ValueError):
+        rollout_bound([], instances=2, cost=COST)
+    with pytest.raises(ValueError):
+        rollout_bound([5], instances=0, cost=COST)
