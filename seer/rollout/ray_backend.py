@@ -80,7 +80,8 @@ class InstanceActor:
             return None
         t0 = time.time()
         rep = self.inst.step()
-        return t0, time.time(), rep, snapshot(self.inst)
+        # the KV this actor moved since its last step (evict and start calls) is part of its busy time
+        return t0 - rep.kv_s, time.time(), rep, snapshot(self.inst)
 
     def evict(self, request_id: int):
         nbytes = self.inst.evict(request_id)
