@@ -159,5 +159,6 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps({k: report[k] for k in report if k != "policies"}, indent=1))
     if args.json:
         write_json(args.json, report)
-        plot_rollout(results, Path(args.json).with_suffix(".png"), f"rollout policies on {Path(args.trace).name}")
+        plot_rollout(results, Path(args.json).with_suffix(".png"), f"rollout policies on {Path(args.trace).name}",
+                     bound_s=bound["bound_s"] if bound else None)
     return 0

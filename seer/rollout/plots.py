@@ -1,7 +1,9 @@
-"""Rollout report plots: per-instance busy timeline, response length distribution, finish-time CDF.
+"""Rollout report plots: per-instance busy timeline, where instance time went, length distribution, finish-time
+CDF.
 
-One PNG per rollout (three panels side by side), written next to the JSON report: the shape of the tail is
-easier to see than to read from percentiles.
+One PNG per rollout (four panels side by side), written next to the JSON report: the shape of the tail and the
+idle time it leaves are easier to see than to read from percentiles. With a ``bound_s`` the CDF marks the
+makespan no policy can beat.
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ from pathlib import Path
 from seer.rollout.driver import RolloutResult
 
 
-def plot_rollout(results: dict[str, RolloutResult], path: str | Path, title: str = "") -> Path:
-    """``results``: policy name -> result. Draws every policy into the same three panels."""
+SPLIT = (("compute_s", "compute"), ("draft_s", "drafting"), ("kv_s", "KV movement"), ("idle_s", "idle"))
+
+
+def plot_rollout(results: dict[str, RolloutResult], path: str | Path, title: str = "",
+                 bound_s: float | None = None) -> Path:
+    """``results``: policy name -> result. Draws every policy into the same four panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,8 +26,8 @@ def plot_rollout(results: dict[str, RolloutResult], path: str | Path, title: str
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    tl, hist, cdf = axes
+    fig, axes = plt.subplots(1, 4, figsize=(21, 4.5))
+    tl, split, hist, cdf = axes
     names = list(results)
     row = 0
     for name in names:
@@ -33,6 +39,14 @@ def plot_rollout(results: dict[str, RolloutResult], path: str | Path, title: str
     tl.set_yticks(range(len(labels)), labels)
     tl.set_xlabel("time (s)")
     tl.set_title("instance busy timeline")
+    bottom = [0.0] * len(names)
+    for key, label in SPLIT:
+        values = [sum(getattr(results[n].metrics, key)) for n in names]
+        split.bar(names, values, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    split.set_ylabel("instance seconds (all instances)")
+    split.set_title("where instance time went")
+    split.legend()
     for name in names:
         lengths = [len(r.token_ids) for r in results[name].responses]
         hist.hist(lengths, bins=30, alpha=0.5, label=name)
@@ -41,6 +55,8 @@ def plot_rollout(results: dict[str, RolloutResult], path: str | Path, title: str
     hist.set_xlabel("response length (tokens)")
     hist.set_title("length distribution")
     cdf.axhline(0.9, color="grey", lw=0.5, ls="--")
+    if bound_s is not None:
+        cdf.axvline(bound_s, color="black", lw=0.8, ls=":", label=f"bound {bound_s:.1f} s")
     cdf.set_xlabel("finish time (s)")
     cdf.set_ylabel("fraction of responses finished")
     cdf.set_title("finish-time CDF (tail right of the 0.9 line)")
