@@ -56,7 +56,7 @@ def plot_rollout(results: dict[str, RolloutResult], path: str | Path, title: str
     hist.set_title("length distribution")
     cdf.axhline(0.9, color="grey", lw=0.5, ls="--")
     if bound_s is not None:
-        cdf.axvline(bound_s, color="black", lw=0.8, ls=":", label=f"bound {bound_s:.1f} s")
+        cdf.axvline(bound_s, color="black", lw=0.8, ls=":", label=f"bound {bound_s:.3g} s")
     cdf.set_xlabel("finish time (s)")
     cdf.set_ylabel("fraction of responses finished")
     cdf.set_title("finish-time CDF (tail right of the 0.9 line)")
