@@ -4,7 +4,10 @@
 ``update_from_output()`` applies what the model produced. Running requests are served first, oldest first;
 when KV runs out the newest running request is preempted: its blocks are freed and it later recomputes its
 tokens (counted as ``reprefill_tokens``, the cost a veRL-like baseline pays under KV pressure). Waiting requests
-are admitted only when nothing was preempted in the step. A waiting request whose next prompt block is being
+are admitted only when nothing was preempted in the step, and a preempted request only when one free block per
+running request remains after it: re-admitting it the moment its own blocks came free gets it preempted again at
+the next block boundary, recomputing its whole context for a few tokens each time (one instance's share of the
+math_cot trace at x0.5 in 1,680 KV tokens: 598 tokens recomputed in 53 preemptions, 181 in 15 with this rule). A waiting request whose next prompt block is being
 computed this very step by a sibling waits one step, so the G requests of a group compute their prompt once.
 Torch-free: the simulator drives this class unchanged with a cost model instead of a model.
 """
@@ -199,7 +202,9 @@ class Scheduler:
                 req.num_cached_prompt_tokens = bm.allocate_cached_prefix(req)
             n = min(req.num_tokens_with_spec - req.num_computed_tokens, budget)
             reserve = max(n, req.reserve_tokens - req.num_computed_tokens)
-            if not bm.can_allocate(req, reserve):
+            preempted = req.reprefill_reason is None and req.max_computed_tokens > req.num_computed_tokens
+            headroom = len(self.running) if preempted else 0
+            if bm.num_blocks_to_allocate(req, reserve) + headroom > bm.num_free_blocks:
                 if fresh:
                     bm.free(req)  # give back the cached prefix; its blocks stay cached for the next try
                     req.num_computed_tokens = 0

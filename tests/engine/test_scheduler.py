@@ -48,6 +48,20 @@ def test_preemption_recomputes_and_counts():
     assert s.block_manager.num_free_blocks == 12
 
 
+def test_preempted_request_waits_for_headroom_instead_of_thrashing():
+    """Many long requests in a small cache: a preempted request is re-admitted only with one free block per
+    running request left, so it is not re-preempted at the next block boundary; recomputation stays bounded."""
+    s = make(num_blocks=40, block_size=4, max_num_batched_tokens=256)
+    prompts = {f"r{i}": [i + 1] * 20 for i in range(8)}
+    for rid, p in prompts.items():
+        s.add_request(req(rid, p, 100))
+    done = run(s)
+    assert done == {rid: reference(p, 100) for rid, p in prompts.items()}
+    computed = sum(len(p) + 100 for p in prompts.values())
+    assert 0 < s.stats.reprefill_tokens < computed
+    assert s.block_manager.num_free_blocks == 40
+
+
 def test_group_prefills_prompt_once():
     s = make(num_blocks=128, block_size=4, max_num_batched_tokens=512)
     prompt = list(range(1, 22))  # 21 tokens: 5 full blocks + 1
