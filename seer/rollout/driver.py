@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from seer.rollout.context_scheduler import OrderingConfig
-from seer.rollout.instance import ChunkEvent, ChunkStart, Instance, InstanceLost, RequestSpec, StepReport
+from seer.rollout.instance import (ChunkEvent, ChunkStart, Instance, InstanceLost, RequestSpec, StepReport,
+                                  merge_stalled)
 from seer.rollout.metrics import ResponseRecord, RolloutMetrics, compute_metrics
 from seer.rollout.policies import RolloutPolicy, instance_of_group
 from seer.rollout.request_buffer import RequestBuffer
@@ -392,7 +393,7 @@ class RolloutDriver:
                     victims = self._evictable(iid)
                     if victims:
                         self._evict(iid, victims[0])
-                        rep = inst.step()
+                        rep = merge_stalled(rep, inst.step())
                 seq += 1
                 heapq.heappush(in_flight, (self.now + rep.duration_s, seq, iid, rep, self.now))
                 busy_ids.add(iid)

@@ -82,6 +82,15 @@ class StepReport:
     kv_s: float = 0.0
 
 
+def merge_stalled(stalled: StepReport, retry: StepReport) -> StepReport:
+    """A step that could schedule nothing, then its retry after an eviction, as one step: the retry's outcome
+    with the time of both (the stalled step's tick and any KV it paid for stay on the clock)."""
+    retry.duration_s += stalled.duration_s
+    retry.draft_s += stalled.draft_s
+    retry.kv_s += stalled.kv_s
+    return retry
+
+
 class Instance(abc.ABC):
     """One engine instance as the driver sees it."""
 
