@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -164,7 +165,11 @@ class RolloutDriver:
         self.busy: dict[int, list[tuple[float, float]]] = {i: [] for i in self.instances}
         self.step_costs: dict[int, list[tuple[float, float]]] = {i: [] for i in self.instances}  # (draft, kv)
         self.decisions: dict[int, list[tuple]] = {i: [] for i in self.instances}
-        self.counters = {"preemptions": 0, "evictions": 0, "kv_bytes_moved": 0, "steps": 0, "tokens": 0}
+        # tokens: returned at chunk ends; emitted: committed by steps (a response running as one chunk, as in
+        # verl, returns its tokens only when it finishes, so progress reads emitted)
+        self.counters = {"preemptions": 0, "evictions": 0, "kv_bytes_moved": 0, "steps": 0, "tokens": 0,
+                         "emitted": 0}
+        self._progress_at = 0.0
         self.listener = listener
         self.aborted: set[int] = set()                  # request ids finished by abort
         self._aborting: set[int] = set()                # running: finish as aborted when their chunk returns
@@ -326,6 +331,7 @@ class RolloutDriver:
         self.decisions[iid].append(rep.trace)
         self.counters["steps"] += 1
         self.counters["preemptions"] += rep.preemptions
+        self.counters["emitted"] += sum(len(toks) for _, toks in rep.new_tokens)
 
     # ------------------------------------------------------------------ faults
     def _kill(self, iid: int) -> None:
@@ -359,8 +365,9 @@ class RolloutDriver:
             self._apply(iid, ev)
         if rep.events or freed:
             self._dispatch()
-            if self.on_progress is not None:
-                self.on_progress(self)
+        if self.on_progress is not None and (rep.events or time.monotonic() - self._progress_at > 0.5):
+            self._progress_at = time.monotonic()
+            self.on_progress(self)
 
     def on_instance_lost(self, iid: int) -> None:
         self._kill(iid)

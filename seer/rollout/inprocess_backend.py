@@ -61,7 +61,7 @@ class InProcessBackend:
             def on_progress(driver: RolloutDriver) -> None:
                 done = driver.buffer.num_finished
                 bar.update(done - bar.n)
-                tok_s = driver.counters["tokens"] / max(driver.now, 1e-9)
+                tok_s = driver.counters["emitted"] / max(driver.now, 1e-9)
                 bar.set_postfix(tok_s=f"{tok_s:.0f}", running=driver.buffer.num_running,
                                 queued=driver.buffer.num_buffered)
 
