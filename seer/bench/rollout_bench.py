@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
             row = out.metrics.to_dict()
             row["wall_s"] = round(out.wall_s, 2)
             row["kv_sources"] = out.result.stats.get("kv_sources")
+            row["affinity_yields"] = out.result.stats.get("affinity_yields")
             row["time_split"] = time_split(row)
             if "spec" in out.result.stats:
                 row["spec"] = {k: v for k, v in out.result.stats["spec"].items() if k != "per_group"}

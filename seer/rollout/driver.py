@@ -442,7 +442,7 @@ class RolloutDriver:
                                   reprefill_tokens=self.buffer.reprefill_tokens + self._instance_reprefill(),
                                   kv_bytes_moved=self.counters["kv_bytes_moved"] + self._instance_bytes(),
                                   step_costs=[self.step_costs[i] for i in ids], reprefill_reasons=reasons)
-        stats = dict(self.counters, aborted=len(self.aborted),
+        stats = dict(self.counters, aborted=len(self.aborted), affinity_yields=self.buffer.affinity_yields,
                      kv_sources={k.value: v for k, v in self.buffer.kv_sources.items()},
                      instances=instance_stats, busy=self.busy)
         responses = sorted(self.results.values(), key=lambda r: (r.group_id, r.index))

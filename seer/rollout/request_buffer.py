@@ -76,6 +76,7 @@ class _InstancePicker:
         heapq.heapify(self._heap)
         heapq.heapify(self._load)
         self._version = dict.fromkeys(self._by_id, 0)
+        self.yields = 0  # chunks an overloaded KV holder gave up to the least loaded instance
         self._largest = largest  # None when some live instance does not report its size
 
     def _push(self, inst: InstanceState) -> None:
@@ -113,6 +114,7 @@ class _InstancePicker:
                 least = self._least_loaded()
                 need = chunk_blocks_needed(req, least, chunk, extra)
                 if least.has_slot and need <= least.free_blocks:
+                    self.yields += 1
                     return self._reserve(least, need)
             else:
                 need = chunk_blocks_needed(req, holder, chunk, extra)
@@ -160,6 +162,7 @@ class RequestBuffer:
         self._finished: set[int] = set()
         self.kv_sources: Counter[KVSource] = Counter()  # chunks dispatched, by how their KV arrives
         self.reprefill_tokens = 0  # tokens recomputed because a request's KV was lost
+        self.affinity_yields = 0  # chunks moved off an overloaded KV holder (DispatchConfig.affinity_spread)
 
     # ---- building -------------------------------------------------------------------------------------
     def add_group(
@@ -231,6 +234,7 @@ class RequestBuffer:
         finally:
             for req in skipped:
                 self.ordering.requeue(req, self.groups[req.group_id])
+            self.affinity_yields += picker.yields
         return out
 
     def take(self, request_id: int, instance_id: int) -> Assignment:

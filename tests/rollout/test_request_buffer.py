@@ -64,6 +64,7 @@ def test_kv_affinity_yields_to_an_overloaded_holder() -> None:
         buf.on_chunk_done(0, 16, kv_instance=0, kv_in_pool=True)
         holder = InstanceState(0, 50, 16, running=holder_running, max_running=64)
         [a] = buf.select([holder, InstanceState(1, 40, 16, running=0, max_running=64)])
+        assert buf.affinity_yields == (a.kv_source is KVSource.POOL)
         return a.kv_source
 
     assert place(None, 40) is KVSource.LOCAL   # unbounded affinity: stays however loaded
