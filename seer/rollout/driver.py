@@ -435,13 +435,17 @@ class RolloutDriver:
         records = [ResponseRecord(r.finish_time_s or 0.0, len(r.token_ids), r.request_id, r.group_id)
                    for r in self.results.values()]
         instance_stats = {i: inst.stats() for i, inst in self.instances.items()}
-        reasons = self._reprefill_reasons(instance_stats.values())
+
+        def summed(key: str) -> int:
+            return sum(int(st.get(key, 0)) for st in instance_stats.values())
+
         ids = sorted(self.instances)
         metrics = compute_metrics(records, [self.busy[i] for i in ids],
                                   preemptions=self.counters["preemptions"],
-                                  reprefill_tokens=self.buffer.reprefill_tokens + self._instance_reprefill(),
-                                  kv_bytes_moved=self.counters["kv_bytes_moved"] + self._instance_bytes(),
-                                  step_costs=[self.step_costs[i] for i in ids], reprefill_reasons=reasons)
+                                  reprefill_tokens=self.buffer.reprefill_tokens + summed("reprefill_tokens"),
+                                  kv_bytes_moved=self.counters["kv_bytes_moved"] + summed("kv_bytes_loaded"),
+                                  step_costs=[self.step_costs[i] for i in ids],
+                                  reprefill_reasons=self._reprefill_reasons(instance_stats.values()))
         stats = dict(self.counters, aborted=len(self.aborted), affinity_yields=self.buffer.affinity_yields,
                      kv_sources={k.value: v for k, v in self.buffer.kv_sources.items()},
                      instances=instance_stats, busy=self.busy)
@@ -459,8 +463,3 @@ class RolloutDriver:
                 reasons[reason] = reasons.get(reason, 0) + tokens
         return reasons
 
-    def _instance_reprefill(self) -> int:
-        return sum(int(inst.stats().get("reprefill_tokens", 0)) for inst in self.instances.values())
-
-    def _instance_bytes(self) -> int:
-        return sum(int(inst.stats().get("kv_bytes_loaded", 0)) for inst in self.instances.values())
