@@ -52,7 +52,7 @@ def kv_blocks_for(groups, instances: int, fraction: float, block_size: int, chun
                     "largest_request_tokens": largest}
 
 
-def time_split(row: dict) -> dict[str, float]:
+def split_totals(row: dict) -> dict[str, float]:
     """Instance seconds by category, summed over instances, and their shares of all instance time."""
     total = {k: sum(row[k]) for k in ("compute_s", "draft_s", "kv_s", "idle_s")}
     whole = sum(total.values()) or 1.0
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             row["wall_s"] = round(out.wall_s, 2)
             row["kv_sources"] = out.result.stats.get("kv_sources")
             row["affinity_yields"] = out.result.stats.get("affinity_yields")
-            row["time_split"] = time_split(row)
+            row["time_split"] = split_totals(row)
             if "spec" in out.result.stats:
                 row["spec"] = {k: v for k, v in out.result.stats["spec"].items() if k != "per_group"}
             reports[name] = row

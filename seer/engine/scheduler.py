@@ -6,10 +6,9 @@ when KV runs out the newest running request is preempted: its blocks are freed a
 tokens (counted as ``reprefill_tokens``, the cost a veRL-like baseline pays under KV pressure). Waiting requests
 are admitted only when nothing was preempted in the step, and a preempted request only when one free block per
 running request remains after it: re-admitting it the moment its own blocks came free gets it preempted again at
-the next block boundary, recomputing its whole context for a few tokens each time (one instance's share of the
-math_cot trace at x0.5 in 1,680 KV tokens: 598 tokens recomputed in 53 preemptions, 181 in 15 with this rule). A waiting request whose next prompt block is being
-computed this very step by a sibling waits one step, so the G requests of a group compute their prompt once.
-Torch-free: the simulator drives this class unchanged with a cost model instead of a model.
+the next block boundary, recomputing its whole context for a few tokens each time. A waiting request whose next
+prompt block is being computed this very step by a sibling waits one step, so the G requests of a group compute
+their prompt once. Torch-free: the simulator drives this class unchanged with a cost model instead of a model.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ prices compute, drafting and transfers alike, so decisions are reproducible and 
 from __future__ import annotations
 
 import time
+
 import numpy as np
 import torch
 

@@ -129,7 +129,7 @@ def compute_metrics(
         preemptions=preemptions,
         reprefill_tokens=reprefill_tokens,
         kv_bytes_moved=kv_bytes_moved,
-        idle_frac=[1.0 - busy_time(iv, makespan) / makespan for iv in busy_intervals],
+        idle_frac=[s["idle_s"] / makespan for s in splits],
         num_responses=len(responses),
         generated_tokens=tokens,
         compute_s=[s["compute_s"] for s in splits],

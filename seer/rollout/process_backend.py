@@ -168,7 +168,8 @@ class ProcessBackend:
         proxies = dict(self.proxies)
         bar = tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
                    unit="resp")
-        driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens, **self.config.driver_kwargs(policy),
+        driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens,
+                               **self.config.driver_kwargs(policy),
                                draft_server=BroadcastDrafts(proxies) if policy.speculative else None, listener=listener)
         if policy.speculative:
             prompts = {str(sp.group_id): sp.prompt_token_ids for sp in driver.specs.values()}

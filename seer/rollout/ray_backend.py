@@ -207,7 +207,8 @@ class RayBackend:
         ray = self.ray
         self._spawn(policy)
         proxies = dict(self.proxies)
-        driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens, **self.config.driver_kwargs(policy),
+        driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens,
+                               **self.config.driver_kwargs(policy),
                                draft_server=_ActorDrafts(proxies) if policy.speculative else None, listener=listener)
         if policy.speculative:
             prompts = [(str(sp.group_id), sp.prompt_token_ids) for sp in driver.specs.values()]

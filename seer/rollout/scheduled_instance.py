@@ -50,7 +50,6 @@ class ScheduledInstance(Instance):
         self.eos_token_ids = eos_token_ids
         self.chunk_base: dict[str, int] = {}   # output tokens at the start of the current chunk
         self.counters = {"kv_bytes_loaded": 0, "kv_bytes_saved": 0, "chunks": 0}
-        self.time_s = {"compute_s": 0.0, "draft_s": 0.0, "kv_s": 0.0}
         self._pending_kv_s = 0.0                 # KV moved since the last step, charged to the next one
         self._base = dataclasses.replace(scheduler.stats)  # an engine outlives rollouts: report deltas
         self._preempt_seen = scheduler.stats.preemptions
@@ -176,8 +175,6 @@ class ScheduledInstance(Instance):
             compute = t_updated - t_sched if price is None else price
         draft = self.draft_cost(draft_wall, drafted) if self.speculator is not None else 0.0
         kv, self._pending_kv_s = self._pending_kv_s, 0.0
-        for key, value in (("compute_s", compute), ("draft_s", draft), ("kv_s", kv)):
-            self.time_s[key] += value
         events = [self._event(r) for r in stopped]
         preempt = self.scheduler.stats.preemptions - self._preempt_seen
         self._preempt_seen = self.scheduler.stats.preemptions
@@ -217,7 +214,7 @@ class ScheduledInstance(Instance):
     def stats(self) -> dict:
         s, b = self.scheduler.stats, self._base
         delta = {f.name: getattr(s, f.name) - getattr(b, f.name) for f in dataclasses.fields(s)}
-        return dict(self.counters, **self.time_s, reprefill_reasons=self.reprefill_reasons(),
+        return dict(self.counters, reprefill_reasons=self.reprefill_reasons(),
                     **{k: delta[k] for k in ("preemptions", "reprefill_tokens", "prompt_tokens_computed",
                                              "output_tokens", "spec_drafted", "spec_accepted", "spec_steps",
                                              "spec_bonus")})

@@ -121,7 +121,7 @@ class SimInstance(ScheduledInstance):
         return self.cost.draft_time(drafted)
 
     def kv_cost(self, elapsed_s: float, nbytes: int) -> float:
-        return self.cost.transfer_time(nbytes) if nbytes else 0.0
+        return self.cost.transfer_time(nbytes)
 
     # ------------------------------------------------------------------ ScheduledInstance hooks
     def _price_verify_row(self) -> None:

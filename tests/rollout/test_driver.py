@@ -51,21 +51,23 @@ def test_time_split_sums_to_the_makespan_and_kv_moves_are_charged():
     assert 0 < m.kv_frac < 1 and m.reprefill_reasons == {}
 
 
+class ForgetfulInstance(FakeInstance):
+    """Writes nothing to the pool, so every import misses."""
+
+    def save_kv(self, req: Request) -> int:
+        return req.num_computed_tokens * 10
+
+
 def test_a_pool_miss_recomputes_and_says_why():
     FakeInstance.shared_pool = {}
-    insts = [FakeInstance(i) for i in range(2)]
-    real_save = FakeInstance.save_kv
-    FakeInstance.save_kv = lambda self, req: req.num_computed_tokens * 10  # writes nothing: every import misses
-    try:
-        drv = RolloutDriver(get_policy("divided"), insts, groups(), chunk_tokens=8)
-        res = drv.run()
-    finally:
-        FakeInstance.save_kv = real_save
+    insts = [ForgetfulInstance(i) for i in range(2)]
+    res = RolloutDriver(get_policy("divided"), insts, groups(), chunk_tokens=8).run()
     assert res.stats["kv_sources"].get("pool", 0) > 0
     reasons = res.metrics.reprefill_reasons
     assert set(reasons) == {"pool_miss"} and reasons["pool_miss"] == res.metrics.reprefill_tokens > 0
     assert [len(v) for v in res.groups().values()] == [4] * 6
-    assert [r.token_ids for r in res.responses] == [r.token_ids for r in run("verl", n_inst=1, num_blocks=512).responses]
+    reference = run("verl", n_inst=1, num_blocks=512).responses
+    assert [r.token_ids for r in res.responses] == [r.token_ids for r in reference]
 
 
 def groups(n=6, g=4, max_tokens=40):
