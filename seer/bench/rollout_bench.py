@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             row["wall_s"] = round(out.wall_s, 2)
             row["kv_sources"] = out.result.stats.get("kv_sources")
             row["affinity_yields"] = out.result.stats.get("affinity_yields")
+            row["critical_isolated"] = out.result.stats.get("critical_isolated")
             row["time_split"] = split_totals(row)
             if "spec" in out.result.stats:
                 row["spec"] = {k: v for k, v in out.result.stats["spec"].items() if k != "per_group"}

@@ -228,6 +228,9 @@ class OracleOrdering(_KeyedOrdering):
             raise ValueError(f"oracle ordering needs true lengths; request {req.request_id} has none")
         return -(req.true_length - req.generated)
 
+    def remaining_hint(self, req: RolloutRequest, group: Group) -> float | None:
+        return float(req.true_length - req.generated) if req.true_length is not None else None
+
 
 class ContextOrdering(Ordering):
     """Probes shortest-generated-first, then longest estimated remaining length first, with a starvation guard."""

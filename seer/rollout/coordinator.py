@@ -22,9 +22,11 @@ from typing import Any
 
 from seer.engine.speculator import SpecConfig
 from seer.rollout.context_scheduler import OrderingConfig
+from seer.rollout.critical_path import batch_speedup
 from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult
 from seer.rollout.kv_pool import LocalKVPool
 from seer.rollout.policies import RolloutPolicy, get_policy
+from seer.spec.policy import VerifyCostModel
 
 BACKENDS = ("inprocess", "local", "ray")
 
@@ -63,10 +65,18 @@ class RolloutConfig:
         if self.kv_affinity_spread is not None and self.kv_affinity_spread < 0:
             raise ValueError(f"kv_affinity_spread must be >= 0 or None, got {self.kv_affinity_spread}")
 
-    def driver_kwargs(self, policy: RolloutPolicy) -> dict[str, Any]:
-        """What every backend passes to the ``RolloutDriver`` besides policy, instances, groups and chunk size."""
+    def driver_kwargs(self, policy: RolloutPolicy, cost: VerifyCostModel | None = None) -> dict[str, Any]:
+        """What every backend passes to the ``RolloutDriver`` besides policy, instances, groups and chunk size;
+        ``cost``: the instances' step profile, which critical-path placement needs."""
+        speedup = None
+        if policy.critical:
+            if cost is None:
+                raise ValueError("critical-path placement needs the engine's step profile")
+            speedup = batch_speedup(cost.batch_sizes, lambda b: cost.step_time(b, 1))
         return dict(draft_headroom=self.spec.kv_headroom if policy.speculative else 0,
-                    ordering_config=self.ordering, affinity_spread=self.kv_affinity_spread)
+                    ordering_config=self.ordering, affinity_spread=self.kv_affinity_spread,
+                    critical_speedup=speedup)
+
 
     def engine_kwargs(self) -> dict[str, Any]:
         return dict(dtype=self.dtype, device=self.device, block_size=self.block_size, kv_cache_memory_gb=self.kv_cache_gb,

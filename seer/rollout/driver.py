@@ -132,11 +132,14 @@ class RolloutDriver:
                  chunk_tokens: int = 128, ordering_config: OrderingConfig | None = None,
                  draft_headroom: int = 0, on_progress: Callable[["RolloutDriver"], None] | None = None,
                  fault: FaultPlan | None = None, draft_server=None,
-                 listener: RolloutListener | None = None, affinity_spread: int | None = None) -> None:
+                 listener: RolloutListener | None = None, affinity_spread: int | None = None,
+                 critical_speedup: Callable[[float], float] | None = None) -> None:
         if not instances:
             raise ValueError("a rollout needs at least one instance")
         if not groups:
             raise ValueError("a rollout needs at least one group")
+        if policy.critical and critical_speedup is None:
+            raise ValueError(f"policy {policy.name!r}: critical-path placement needs the instances' batch speedup")
         if policy.needs_true_lengths and any(g.true_lengths is None for g in groups):
             raise ValueError(f"policy {policy.name!r} needs the true response lengths of a replayed trace")
         self.policy = policy
@@ -145,7 +148,8 @@ class RolloutDriver:
         from seer.rollout.request_buffer import DispatchConfig
         self.buffer = RequestBuffer(policy.ordering, chunk_tokens=chunk_tokens if policy.divided else None,
                                     dispatch=DispatchConfig(extra_tokens=draft_headroom,
-                                                            affinity_spread=affinity_spread),
+                                                            affinity_spread=affinity_spread,
+                                                            critical_speedup=critical_speedup),
                                     ordering_config=ordering_config)
         self.specs: dict[int, RequestSpec] = {}
         self.results: dict[int, ResponseResult] = {}
@@ -248,6 +252,7 @@ class RolloutDriver:
     def _dispatch(self) -> None:
         if not self.policy.divided:
             return
+        self._clear_reserved()
         while True:
             states = [self.instances[i].state() for i in sorted(self.alive)]
             placed = self.buffer.select(states)
@@ -255,6 +260,17 @@ class RolloutDriver:
                 self._launch(a)
             if not self._make_room():  # the next request in order fits nowhere: evict paused KV for it
                 return
+
+    def _clear_reserved(self) -> None:
+        """Critical-path placement: refresh the critical set and move other requests' paused KV off the
+        instances reserved for it (requests still running there leave theirs when their chunk ends)."""
+        if self.buffer.critical is None:
+            return
+        self.buffer.update_critical([self.instances[i].state() for i in sorted(self.alive)])
+        for iid, keep in list(self.buffer.critical.request_on.items()):
+            for rid in self._evictable(iid):
+                if rid != keep and not self._evict(iid, rid):
+                    break  # the instance is gone: the next round sees that
 
     def _make_room(self) -> bool:
         """Evict resident KV of waiting requests so the next request in order fits somewhere."""
@@ -267,7 +283,7 @@ class RolloutDriver:
         for iid in sorted(self.alive):
             inst = self.instances[iid]
             st = inst.state()
-            if not st.has_slot:
+            if not st.has_slot or not self._may_host(iid, head.request_id):
                 continue
             need = chunk_blocks_needed(head, st, chunk, self.buffer.dispatch.extra_tokens)
             victims = [r for r in self._evictable(iid) if r != head.request_id]
@@ -275,7 +291,7 @@ class RolloutDriver:
                 continue
             if best is None or st.free_blocks > best[1]:
                 best = (iid, st.free_blocks, need, victims)
-        if best is None:
+        if best is None or best[1] >= best[2]:  # nowhere to make room, or room that select did not use
             return False
         iid, free, need, victims = best
         inst = self.instances[iid]
@@ -286,6 +302,15 @@ class RolloutDriver:
             if not self._evict(iid, rid):
                 break  # the instance is gone (now marked failed): the next dispatch round sees that
         return True
+
+    def _may_host(self, iid: int, rid: int) -> bool:
+        """Critical-path placement: a reserved instance hosts only its critical request, which runs nowhere
+        else."""
+        critical = self.buffer.critical
+        if critical is None:
+            return True
+        own = critical.instance_of.get(rid)
+        return own == iid if own is not None else critical.critical_on(iid) is None
 
     def _evictable(self, iid: int) -> list[int]:
         """Waiting requests whose KV sits on instance ``iid``. The buffer's record decides, not the instance's
@@ -446,7 +471,9 @@ class RolloutDriver:
                                   kv_bytes_moved=self.counters["kv_bytes_moved"] + summed("kv_bytes_loaded"),
                                   step_costs=[self.step_costs[i] for i in ids],
                                   reprefill_reasons=self._reprefill_reasons(instance_stats.values()))
+        critical = self.buffer.critical
         stats = dict(self.counters, aborted=len(self.aborted), affinity_yields=self.buffer.affinity_yields,
+                     critical_isolated=critical.isolated if critical is not None else 0,
                      kv_sources={k.value: v for k, v in self.buffer.kv_sources.items()},
                      instances=instance_stats, busy=self.busy)
         responses = sorted(self.results.values(), key=lambda r: (r.group_id, r.index))

@@ -65,7 +65,8 @@ class InProcessBackend:
                 bar.set_postfix(tok_s=f"{tok_s:.0f}", running=driver.buffer.num_running,
                                 queued=driver.buffer.num_buffered)
 
-            driver = RolloutDriver(policy, instances, groups, chunk_tokens, **self.config.driver_kwargs(policy),
+            cost = self.verify_cost() if policy.critical else None
+            driver = RolloutDriver(policy, instances, groups, chunk_tokens, **self.config.driver_kwargs(policy, cost),
                                    on_progress=on_progress, fault=fault, draft_server=server, listener=listener)
             result = driver.run()
         for inst in instances:

@@ -9,12 +9,14 @@ three switches:
 - `ordering`: which buffered request runs next (`fifo`, `context`, `group-oracle`, `oracle`; see
   context_scheduler.py). `group-oracle` and `oracle` are references that read the replayed true lengths.
 - `speculative`: grouped speculative decoding from sibling suffix trees (technique 3).
+- `critical`: critical-path placement (critical_path.py): the responses the ordering expects to end last each
+  run on an instance of their own. Any divided policy takes it as a suffix: `seer+critical`, `oracle+critical`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from seer.rollout.context_scheduler import ORDERINGS
 
@@ -25,10 +27,13 @@ class RolloutPolicy:
     divided: bool
     ordering: str
     speculative: bool
+    critical: bool = False
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERINGS:
             raise ValueError(f"policy {self.name!r}: unknown ordering {self.ordering!r}")
+        if self.critical and not self.divided:
+            raise ValueError(f"policy {self.name!r}: critical-path placement needs divided rollout")
 
     @property
     def preempts(self) -> bool:
@@ -53,6 +58,9 @@ POLICIES: dict[str, RolloutPolicy] = {
 }
 
 
+CRITICAL_SUFFIX = "critical"
+
+
 class UnknownPolicyError(ValueError):
     """A policy name that is not in the registry."""
 
@@ -63,10 +71,16 @@ def policy_names() -> list[str]:
 
 def get_policy(name: str) -> RolloutPolicy:
     """Look a policy up by name; an unknown name lists the known ones."""
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise UnknownPolicyError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}") from None
+    base, plus, suffix = name.partition("+")
+    if base not in POLICIES or (plus and suffix != CRITICAL_SUFFIX):
+        raise UnknownPolicyError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)} (divided ones "
+                                 f"also as NAME+{CRITICAL_SUFFIX})")
+    if not plus:
+        return POLICIES[base]
+    if not POLICIES[base].divided:
+        raise UnknownPolicyError(f"policy {name!r}: {base!r} does not divide rollouts, so it has no placement to "
+                                 f"make critical-path aware")
+    return replace(POLICIES[base], name=name, critical=True)
 
 
 def parse_policies(spec: str) -> list[RolloutPolicy]:

@@ -21,8 +21,16 @@ from seer.rollout.instance import ChunkStart, InstanceLost
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.process_worker import WorkerSpec, worker_main
 from seer.rollout.remote_proxy import RemoteInstanceProxy
+from seer.spec.policy import VerifyCostModel
 
 READY_TIMEOUT_S = 600.0
+
+
+def critical_cost(backend, policy: RolloutPolicy) -> VerifyCostModel | None:
+    """The step profile critical-path placement needs, when the backend's config turns it on for ``policy``."""
+    if not policy.critical:
+        return None
+    return VerifyCostModel.from_profile(verify_cost_profile(backend.model, backend.engine_kwargs))
 
 
 def verify_cost_profile(model: str, engine_kwargs: dict) -> dict:
@@ -169,7 +177,7 @@ class ProcessBackend:
         bar = tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
                    unit="resp")
         driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens,
-                               **self.config.driver_kwargs(policy),
+                               **self.config.driver_kwargs(policy, critical_cost(self, policy)),
                                draft_server=BroadcastDrafts(proxies) if policy.speculative else None, listener=listener)
         if policy.speculative:
             prompts = {str(sp.group_id): sp.prompt_token_ids for sp in driver.specs.values()}

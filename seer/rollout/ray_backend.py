@@ -17,6 +17,7 @@ from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutLis
 from seer.rollout.instance import ChunkStart
 from seer.rollout.kv_pool import KVPool, PoolStats
 from seer.rollout.policies import RolloutPolicy
+from seer.rollout.process_backend import critical_cost
 from seer.rollout.process_worker import WorkerSpec, snapshot
 from seer.rollout.remote_proxy import RemoteInstanceProxy
 
@@ -208,7 +209,7 @@ class RayBackend:
         self._spawn(policy)
         proxies = dict(self.proxies)
         driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens,
-                               **self.config.driver_kwargs(policy),
+                               **self.config.driver_kwargs(policy, critical_cost(self, policy)),
                                draft_server=_ActorDrafts(proxies) if policy.speculative else None, listener=listener)
         if policy.speculative:
             prompts = [(str(sp.group_id), sp.prompt_token_ids) for sp in driver.specs.values()]

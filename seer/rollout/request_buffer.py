@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from seer.rollout.context_scheduler import Ordering, OrderingConfig, make_ordering
+from seer.rollout.critical_path import CriticalPath
 from seer.rollout.types import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -52,13 +53,20 @@ class DispatchConfig:
     affinity_spread: int | None = None  # ... and runs at most this many more requests than the least loaded
     extra_tokens: int = 0  # KV headroom per chunk beyond chunk_max_tokens (e.g. speculative draft tokens)
     max_skips: int = 0  # requests that fit nowhere that a round may pass over (0: stop at the first one)
+    # critical-path placement (critical_path.py): an instance's speedup at batch b over one sequence alone;
+    # None turns it off
+    critical_speedup: Callable[[float], float] | None = None
 
 
 class _InstancePicker:
     """Instances with a free slot, most free KV tokens first, reserved on as chunks are placed."""
 
-    def __init__(self, instances: Sequence[InstanceState], config: DispatchConfig) -> None:
+    def __init__(self, instances: Sequence[InstanceState], config: DispatchConfig,
+                 reserved: Mapping[int, int] | None = None) -> None:
+        """``reserved``: instance id -> the critical request it runs alone; no other request is placed there."""
         self._config = config
+        self._reserved = dict(reserved or {})
+        self._critical = {rid: iid for iid, rid in self._reserved.items()}
         self._by_id: dict[int, InstanceState] = {}
         self._heap: list[tuple[int, int, int, int]] = []
         self._load: list[tuple[int, int, int]] = []  # (running, id, version) of every live instance
@@ -70,6 +78,7 @@ class _InstancePicker:
             self._by_id[iid] = inst
             if inst.alive:
                 largest = None if largest is None or inst.total_blocks is None else max(largest, inst.total_blocks)
+            if inst.alive and iid not in self._reserved:
                 self._load.append((inst.running, iid, 0))
                 if inst.running < inst.max_running:
                     self._heap.append((-inst.free_blocks * inst.block_size, inst.running, iid, 0))
@@ -80,6 +89,8 @@ class _InstancePicker:
         self._largest = largest  # None when some live instance does not report its size
 
     def _push(self, inst: InstanceState) -> None:
+        if inst.instance_id in self._reserved:
+            return
         version = self._version.get(inst.instance_id, -1) + 1
         self._version[inst.instance_id] = version
         heapq.heappush(self._load, (inst.running, inst.instance_id, version))
@@ -99,7 +110,7 @@ class _InstancePicker:
 
     def _overloaded(self, holder: InstanceState) -> bool:
         spread = self._config.affinity_spread
-        return spread is not None and holder.running - self._least_loaded().running > spread
+        return spread is not None and bool(self._load) and holder.running - self._least_loaded().running > spread
 
     @property
     def exhausted(self) -> bool:
@@ -108,7 +119,16 @@ class _InstancePicker:
     def place(self, req: RolloutRequest, chunk: int) -> tuple[InstanceState, int] | None:
         """Reserve room for the chunk and return (instance, blocks), or None if it fits nowhere now."""
         extra = self._config.extra_tokens
+        own = self._critical.get(req.request_id)
+        if own is not None:  # a critical request runs on its own instance or waits for it
+            inst = self._by_id.get(own)
+            if inst is None or not inst.has_slot:
+                return None
+            need = chunk_blocks_needed(req, inst, chunk, extra)
+            return self._reserve(inst, need) if need <= inst.free_blocks else None
         holder = self._by_id.get(req.kv_instance) if req.kv_instance is not None else None
+        if holder is not None and holder.instance_id in self._reserved:
+            holder = None
         if self._config.prefer_kv_holder and holder is not None and holder.has_slot:
             if self._overloaded(holder):  # the least loaded instance takes it if it fits, the KV moving there
                 least = self._least_loaded()
@@ -163,6 +183,8 @@ class RequestBuffer:
         self.kv_sources: Counter[KVSource] = Counter()  # chunks dispatched, by how their KV arrives
         self.reprefill_tokens = 0  # tokens recomputed because a request's KV was lost
         self.affinity_yields = 0  # chunks moved off an overloaded KV holder (DispatchConfig.affinity_spread)
+        speedup = self.dispatch.critical_speedup
+        self.critical = CriticalPath(speedup) if speedup is not None and chunk_tokens is not None else None
 
     # ---- building -------------------------------------------------------------------------------------
     def add_group(
@@ -211,8 +233,18 @@ class RequestBuffer:
         """
         if not self._buffered or n == 0:
             return []
-        picker = _InstancePicker(instances, self.dispatch)
+        reserved = self.critical.request_on if self.critical is not None else {}
+        picker = _InstancePicker(instances, self.dispatch, reserved)
         out: list[Assignment] = []
+        for rid in sorted(reserved.values()):  # critical requests first, each on its own instance
+            req = self._buffered.get(rid)
+            if req is None or (n is not None and len(out) >= n):
+                continue
+            chunk = req.chunk_max_tokens(self.chunk_tokens)
+            placed = picker.place(req, chunk)
+            if placed is not None:
+                self.ordering.remove(req)
+                out.append(self._start(req, placed[0].instance_id, chunk, placed[1]))
         skipped: list[RolloutRequest] = []
         try:
             while (n is None or len(out) < n) and not picker.exhausted:
@@ -236,6 +268,19 @@ class RequestBuffer:
                 self.ordering.requeue(req, self.groups[req.group_id])
             self.affinity_yields += picker.yields
         return out
+
+    def update_critical(self, instances: Sequence[InstanceState]) -> None:
+        """Refresh critical-path placement (critical_path.py) before a dispatch round."""
+        if self.critical is None:
+            return
+        unfinished = [*self._buffered.values(), *(r for rs in self._running.values() for r in rs.values())]
+        self.critical.update(unfinished, self.estimated_remaining, instances)
+
+    def estimated_remaining(self, req: RolloutRequest) -> tuple[float, bool]:
+        """The ordering's belief of what ``req`` still has to generate, or its whole budget where it has none
+        (then False)."""
+        hint = self.ordering.remaining_hint(req, self.groups[req.group_id])
+        return (float(req.remaining_budget), False) if hint is None else (hint, True)
 
     def take(self, request_id: int, instance_id: int) -> Assignment:
         """Dispatch one specific buffered request (no fit check, nothing reserved): manual or static drivers."""
@@ -388,3 +433,6 @@ class RequestBuffer:
             done = sorted(r.generated for r in group.requests if r.finished)
             assert sorted(group.finished_lengths) == done, f"group {gid} finished lengths"
         self.ordering.check_integrity(self._buffered.values())
+        if self.critical is not None:
+            self.critical.check_integrity()
+            assert not set(self.critical.instance_of) & self._finished, "a finished request is still critical"

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from seer.rollout.context_scheduler import OrderingConfig
-from seer.rollout.driver import RolloutDriver, RolloutResult
+from seer.rollout.driver import GroupInput, RolloutDriver, RolloutResult
 from seer.rollout.metrics import compare, reference_ratios
 from seer.rollout.policies import RolloutPolicy, get_policy
 from seer.sim.acceptance import AcceptanceModel
-from seer.sim.cost_model import CostConstants, CostModel
+from seer.sim.cost_model import CostConstants, CostModel, StepSummary
 from seer.sim.model_speculator import ModelSpeculator
 from seer.sim.pool import SimKVPool
 from seer.sim.sim_instance import SimInstance, Timeline
@@ -142,7 +142,8 @@ def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster
     driver = RolloutDriver(policy, list(instances), groups, chunk_tokens=chunk,
                            ordering_config=OrderingConfig(guard_every=config.guard_every, rank=config.context_rank),
                            on_progress=_progress_hook(bar, config.check),
-                           draft_server=getattr(spec, "server", None))
+                           draft_server=getattr(spec, "server", None),
+                           critical_speedup=_critical_speedup(cost, groups, config, q) if policy.critical else None)
     for inst in instances:
         inst.clock = lambda: driver.now
     t0 = time.perf_counter()
@@ -158,6 +159,17 @@ def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster
     timelines = {i.instance_id: i.timeline for i in instances if i.timeline is not None}
     return PolicyRun(policy.name, result, driver.busy, timelines, wall, driver.counters["steps"],
                      _instance_spec_stats(instances) if spec is not None else None)
+
+
+def _critical_speedup(cost: CostModel, groups: Sequence[GroupInput], config: SimConfig,
+                      quantum: int) -> Callable[[float], float]:
+    """Critical-path placement's ``speedup(b)`` from the cost model: decode steps at the workload's mean context
+    (the prompt and half a response; groups are in simulated tokens of ``quantum`` real ones)."""
+    from seer.rollout.critical_path import batch_speedup
+    lengths = [n for g in groups for n in (g.true_lengths or (g.params.max_tokens,) * g.size)]
+    ctx = sum(len(g.prompt_token_ids) * g.size for g in groups) / len(lengths) + sum(lengths) / len(lengths) / 2
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= config.max_num_seqs]
+    return batch_speedup(sizes, lambda b: cost.step_time(StepSummary.decode(round(b), b * ctx * quantum)))
 
 
 def _progress_bar(name: str, total: int):  # noqa: ANN202 - tqdm type is optional

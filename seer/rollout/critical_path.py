@@ -1,0 +1,108 @@
+"""Critical-path placement: the responses that will end last get an instance of their own.
+
+Why: a step's cost grows with its batch. On a CPU a step is compute-bound almost from batch 1 (16 decoding
+sequences take about 2.5x the time of one), and on an accelerator at least the attention part grows. A response
+advances one step at a time at its instance's pace, so a response that will end last (a runaway, or the longest
+member of a long group) sharing its instance with a full batch stretches the whole rollout, however early the
+ordering started it: this is what kept both the context and the oracle orderings well above the bound on the
+real engine at 8 instances. Giving it an instance alone costs that instance's throughput, which pays only while
+the other instances can absorb the rest of the work in the time the isolated response still needs.
+
+Rule. Let ``R_1 >= R_2 >= ...`` be the estimated remaining lengths of the ``N`` unfinished requests, ``W`` their
+sum, ``I`` the live instances and ``s(b)`` the speedup of an instance running ``b`` sequences over one sequence
+alone (tokens per unit of time, from the engine's step profile). The ``j``-th longest is critical when, with it
+and the ``j - 1`` before it each alone on an instance, the ``I - j`` shared instances would still finish the rest
+no later even at ``1 / margin`` of their ideal rate:
+``R_j * s((N - j) / (I - j)) * (I - j) >= margin * (W - R_1 - ... - R_j)``. The margin (1.5) covers what the
+ideal rate ignores (prefill, KV limits on the batch, uneven loads); without it the rule isolated requests whose
+estimate was only just long enough and cost the context order about 2% on CASTILLO in the simulator. At most ``I - 1`` requests are critical, so one instance
+always stays shared. The set is recomputed every dispatch round (estimates sharpen as siblings finish); a
+request that stays critical keeps its instance. That instance takes no other chunk, and the driver moves the
+paused KV of other requests off it, so the requests running there finish their chunk and continue elsewhere.
+
+Estimates are the ordering's ``remaining_hint`` (the oracle's is exact). Where it has none (a group whose length
+nothing has revealed yet) the request counts with its whole budget ``max_tokens - generated`` in ``W`` but is
+never made critical on a budget alone: early in a rollout ``W`` is then so large that nothing is critical.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from seer.rollout.types import InstanceState, RolloutRequest
+
+Estimate = Callable[[RolloutRequest], tuple[float, bool]]
+
+
+class CriticalPath:
+    """The critical requests of a rollout and the instance each one holds alone."""
+
+    def __init__(self, speedup: Callable[[float], float], margin: float = 1.5) -> None:
+        """``speedup(b)``: tokens per second of an instance running ``b`` sequences over one sequence alone.
+        ``margin``: how much slower than ideal the shared instances may be and the request still be critical."""
+        if margin < 1.0:
+            raise ValueError(f"critical-path margin must be >= 1, got {margin}")
+        self.speedup = speedup
+        self.margin = margin
+        self.instance_of: dict[int, int] = {}  # critical request id -> its instance
+        self.request_on: dict[int, int] = {}   # instance id -> its critical request
+        self.isolated = 0                      # requests made critical (a report counter)
+
+    def critical_on(self, instance_id: int) -> int | None:
+        return self.request_on.get(instance_id)
+
+    def update(self, unfinished: Sequence[RolloutRequest], estimate: Estimate,
+               instances: Sequence[InstanceState]) -> None:
+        """Recompute the critical set for this dispatch round; a request that stays critical keeps its instance.
+        ``estimate(r)`` is (remaining tokens, whether that is a belief or only the budget left)."""
+        live = {i.instance_id: i for i in instances if i.alive}
+        ranked = sorted(((*estimate(r), r) for r in unfinished), key=lambda x: -x[0])
+        rest = sum(e for e, _, _ in ranked)
+        chosen: list[RolloutRequest] = []
+        for j, (est, known, req) in enumerate(ranked[:len(live) - 1], start=1):
+            rest -= est
+            shared = len(live) - j
+            if est * self.speedup((len(ranked) - j) / shared) * shared < rest * self.margin:
+                break
+            if known:  # a budget is no evidence that this request, rather than its siblings, ends last
+                chosen.append(req)
+        keep = {r.request_id for r in chosen}
+        for rid, iid in list(self.instance_of.items()):
+            if rid not in keep or iid not in live:
+                self._release(rid)
+        for req in chosen:
+            if req.request_id not in self.instance_of:
+                iid = self._choose(req, live)
+                self.instance_of[req.request_id], self.request_on[iid] = iid, req.request_id
+                self.isolated += 1
+
+    def _choose(self, req: RolloutRequest, live: dict[int, InstanceState]) -> int:
+        """Where the request runs or holds its KV if that instance is free to reserve, else the least loaded."""
+        for iid in (req.running_on, req.kv_instance):
+            if iid is not None and iid in live and iid not in self.request_on:
+                return iid
+        free = [i for i in live.values() if i.instance_id not in self.request_on]
+        return min(free, key=lambda i: (i.running, -i.free_blocks, i.instance_id)).instance_id
+
+    def _release(self, request_id: int) -> None:
+        iid = self.instance_of.pop(request_id)
+        del self.request_on[iid]
+
+    def check_integrity(self) -> None:
+        assert len(self.instance_of) == len(self.request_on), "critical map and its inverse differ in size"
+        for rid, iid in self.instance_of.items():
+            assert self.request_on.get(iid) == rid, f"instance {iid} is not reserved for request {rid}"
+
+
+def batch_speedup(batch_sizes: Sequence[float], step_time: Callable[[float], float]) -> Callable[[float], float]:
+    """``speedup(b)`` from a step-time profile: ``b' / T(b') * T(1)`` at the best profiled ``b' <= b`` (batches
+    between profiled sizes are interpolated; an instance cannot use a larger batch than it has sequences)."""
+    alone = step_time(1.0)
+    sizes = sorted(float(b) for b in batch_sizes)
+
+    def speedup(b: float) -> float:
+        points = [x for x in sizes if x <= b] + ([b] if b > 1.0 else [])
+        return max([1.0] + [x * alone / step_time(x) for x in points])
+
+    return speedup
