@@ -102,7 +102,7 @@ def batch_speedup(batch_sizes: Sequence[float], step_time: Callable[[float], flo
     sizes = sorted(float(b) for b in batch_sizes)
 
     def speedup(b: float) -> float:
-        points = [x for x in sizes if x <= b] + ([b] if b > 1.0 else [])
+        points = [x for x in sizes if x <= b] + ([b] if 1.0 < b < sizes[-1] else [])
         return max([1.0] + [x * alone / step_time(x) for x in points])
 
     return speedup

@@ -1,0 +1,127 @@
+"""Critical-path placement: who is critical, where it runs, and that nothing else runs there."""
+
+from __future__ import annotations
+
+import pytest
+
+from seer.rollout.critical_path import CriticalPath, batch_speedup
+from seer.rollout.policies import UnknownPolicyError, get_policy
+from seer.rollout.request_buffer import DispatchConfig, RequestBuffer
+from seer.rollout.types import InstanceState, RolloutRequest
+
+
+def flat(b: float) -> float:
+    """An instance that runs up to 6 sequences for the price of one."""
+    return min(max(b, 1.0), 6.0)
+
+
+def requests(estimates: list[float]) -> tuple[list[RolloutRequest], dict[int, tuple[float, bool]]]:
+    reqs = [RolloutRequest(i, i, 0, 8, 2000) for i in range(len(estimates))]
+    return reqs, {i: (e, True) for i, e in enumerate(estimates)}
+
+
+def instances(n: int, running: tuple[int, ...] = ()) -> list[InstanceState]:
+    return [InstanceState(i, 100, 16, running=running[i] if i < len(running) else 0) for i in range(n)]
+
+
+def test_isolates_the_runaway_when_the_rest_fits_beside_it() -> None:
+    reqs, est = requests([1000.0] + [20.0] * 20)
+    reqs[0].running_on = 2
+    cp = CriticalPath(flat)
+    cp.update(reqs, lambda r: est[r.request_id], instances(4))
+    assert cp.instance_of == {0: 2} and cp.critical_on(2) == 0 and cp.isolated == 1
+    cp.check_integrity()
+
+
+def test_nothing_is_critical_while_the_rest_of_the_work_dominates() -> None:
+    reqs, est = requests([100.0] + [50.0] * 100)
+    cp = CriticalPath(flat)
+    cp.update(reqs, lambda r: est[r.request_id], instances(4))
+    assert cp.instance_of == {}
+
+
+def test_the_margin_decides_borderline_cases() -> None:
+    # j = 1: 100 * flat(20 / 3) * 3 = 1800 against the rest, 20 * 60 = 1200
+    reqs, est = requests([100.0] + [60.0] * 20)
+    strict, loose = CriticalPath(flat, margin=1.6), CriticalPath(flat, margin=1.0)
+    for cp in (strict, loose):
+        cp.update(reqs, lambda r: est[r.request_id], instances(4))
+    assert strict.instance_of == {} and set(loose.instance_of) == {0}
+    with pytest.raises(ValueError, match="margin"):
+        CriticalPath(flat, margin=0.5)
+
+
+def test_a_budget_is_never_evidence_but_counts_as_work() -> None:
+    reqs, est = requests([1000.0] + [20.0] * 20)
+    cp = CriticalPath(flat)
+    cp.update(reqs, lambda r: (est[r.request_id][0], r.request_id != 0), instances(4))
+    assert cp.instance_of == {}  # the long one is only a budget; the short ones are not critical
+
+
+def test_one_instance_stays_shared_and_the_least_loaded_are_reserved() -> None:
+    reqs, est = requests([1000.0, 990.0, 980.0, 5.0, 5.0])
+    cp = CriticalPath(flat)
+    cp.update(reqs, lambda r: est[r.request_id], instances(3, running=(4, 0, 1)))
+    assert cp.instance_of == {0: 1, 1: 2}  # two of three instances, least running first
+    cp.check_integrity()
+
+
+def test_a_finished_or_overtaken_request_releases_its_instance() -> None:
+    reqs, est = requests([1000.0] + [20.0] * 20)
+    cp = CriticalPath(flat)
+    cp.update(reqs, lambda r: est[r.request_id], instances(4))
+    [iid] = cp.instance_of.values()
+    cp.update(reqs[1:], lambda r: est[r.request_id], instances(4))  # the runaway finished
+    assert cp.instance_of == {} and cp.critical_on(iid) is None
+    cp.check_integrity()
+
+
+def test_a_dead_instance_is_never_reserved() -> None:
+    reqs, est = requests([1000.0] + [20.0] * 20)
+    reqs[0].running_on = 0
+    live = instances(4)
+    live[0].alive = False
+    cp = CriticalPath(flat)
+    cp.update(reqs, lambda r: est[r.request_id], live)
+    assert list(cp.instance_of.values()) != [0] and len(cp.instance_of) == 1
+
+
+def test_batch_speedup_from_a_step_profile() -> None:
+    times = {1.0: 0.09, 4.0: 0.15, 16.0: 0.228}
+
+    def step(b: float) -> float:  # piecewise linear between the profiled sizes
+        if b <= 4:
+            return 0.09 + (b - 1) * (0.15 - 0.09) / 3
+        return 0.15 + (b - 4) * (0.228 - 0.15) / 12
+
+    s = batch_speedup(list(times), step)
+    assert s(1) == 1.0 and s(0.5) == 1.0
+    assert s(4) == pytest.approx(4 * 0.09 / 0.15)
+    assert s(16) == pytest.approx(16 * 0.09 / 0.228) == s(100)  # no batch beyond the profile is assumed
+    assert s(4) < s(8) < s(16)
+
+
+def test_the_buffer_runs_a_critical_request_alone_on_its_instance() -> None:
+    buf = RequestBuffer("oracle", chunk_tokens=16, dispatch=DispatchConfig(critical_speedup=flat))
+    buf.add_group(8, 4, 2000, true_lengths=(1500, 10, 10, 10))
+    for _ in range(5):
+        buf.add_group(8, 4, 2000, true_lengths=(12, 10, 10, 10))
+    states = instances(3)
+    buf.update_critical(states)
+    assert set(buf.critical.instance_of) == {0}  # the runaway, request 0
+    own = buf.critical.instance_of[0]
+    placed = buf.select(states)
+    assert [a.instance_id for a in placed if a.request.request_id == 0] == [own]
+    assert all(a.instance_id != own for a in placed if a.request.request_id != 0)
+    assert len(placed) == 24
+    buf.check_integrity()
+
+
+def test_critical_is_a_suffix_of_divided_policies_only() -> None:
+    pol = get_policy("seer+critical")
+    assert pol.critical and pol.speculative and pol.name == "seer+critical"
+    assert not get_policy("seer").critical
+    with pytest.raises(UnknownPolicyError, match="does not divide"):
+        get_policy("verl+critical")
+    with pytest.raises(UnknownPolicyError, match="NAME\\+critical"):
+        get_policy("seer+fast")
