@@ -14,6 +14,7 @@ from typing import Any
 
 from seer.bench.peers.runner import PeerError, run_hf_peer, run_peer_process, run_vllm_peer, _clean_env
 from seer.bench.workloads import CASES, engine_workload, subset
+from seer.utils.machine import machine_info
 
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +74,7 @@ def run_engine_bench(model_dir: Path, peers: list[str], kv_budget_gb: float = 2.
     report["setup"] = {"model_dir": str(model_dir), "kv_budget_gb": kv_budget_gb, "num_prompts": num_prompts,
                        "n": n, "hf_prompts": hf_prompts, "cases": {c: workload[c] for c in cases},
                        "seer_num_kv_blocks": raw["seer"].get("num_kv_blocks"),
-                       "startup_s": {k: v.get("startup_s") for k, v in raw.items()}}
+                       "startup_s": {k: v.get("startup_s") for k, v in raw.items()}, "machine": machine_info()}
     if errors:
         report["errors"] = errors
     report["raw"] = {k: {kk: vv for kk, vv in v.items() if kk != "workload_source"} for k, v in raw.items()}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from seer.cli.common import write_json
+from seer.utils.machine import machine_info
 
 SUMMARY_KEYS = ("makespan_s", "throughput_tok_s", "tail_s", "preemptions", "reprefill_tokens", "kv_frac")
 
@@ -155,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     report["setup"] = {"trace": args.trace, "groups": len(groups), "responses": sum(g.size for g in groups),
                        "instances": args.instances, "backend": args.backend, "chunk_tokens": args.chunk_tokens,
                        "length_scale": args.length_scale, "max_len": args.max_len, "kv_budget": budget,
-                       "peer": args.peer}
+                       "peer": args.peer, "machine": machine_info(args.dtype)}
     if errors:
         report["errors"] = errors
     print(json.dumps({k: report[k] for k in report if k != "policies"}, indent=1))

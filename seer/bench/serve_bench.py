@@ -37,6 +37,7 @@ from typing import Any
 from seer.bench.peers.proc_cpu import wait_for_quiet
 from seer.bench.peers.runner import PACKAGE_PARENT, PeerError, _clean_env, _kill_group, _log_tail, vllm_python
 from seer.bench.workloads import engine_workload
+from seer.utils.machine import machine_info
 
 SERVED_NAME = "bench-model"
 
@@ -283,7 +284,7 @@ def run_serve_bench(model_dir: Path, num_prompts: int = 32, n: int = 8, max_toke
                   "client": "one httpx.AsyncClient, one /v1/completions request per prompt (token ids, n), "
                             "all concurrent", **opts, "vllm_env": {k: v for k, v in vllm_env().items()
                                                                   if k.startswith("VLLM_CPU")},
-                  "prompt_tokens": workload["source"]["prompt_tokens"]},
+                  "prompt_tokens": workload["source"]["prompt_tokens"], "machine": machine_info()},
         "raw": raw,
     }
     if errors:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from seer.cli.common import resolve_model, write_json
+from seer.utils.machine import machine_info
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
@@ -109,5 +110,6 @@ def run(args: argparse.Namespace) -> int:
         report["engine"] = engine_report(args)
         print(json.dumps({k: {kk: v[kk] for kk in ("off_tok_s", "on_tok_s", "speedup")}
                           for k, v in report["engine"]["batch_sizes"].items()}, indent=1))
+    report["machine"] = machine_info(getattr(args, "dtype", None))
     write_json(args.json, report)
     return 0

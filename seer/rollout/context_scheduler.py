@@ -33,7 +33,13 @@ The estimate (`ContextOrdering.estimated_remaining`, request r of group g, gener
 No true length is used. This is the default (`rank="remaining"`). `rank="group"` is the paper-literal order:
 groups by L_g (longest finished sibling, max_tokens before any finishes), members by arrival. In the simulator
 `remaining` reaches 0.975 / 0.975 / 0.949 of oracle on the moonlight / qwen2vl-72b / kimi-k2 presets against
-0.925 / 0.932 / 0.872 for `group`; on the real engine the two are within run-to-run noise (README). A
+0.925 / 0.932 / 0.872 for `group`; on the real engine the two are within run-to-run noise (README).
+`rank="attained"` keeps the estimate but trusts it less: requests whose hedged remaining is their whole budget
+(runaways, groups that may run to max_tokens) go first, longest first; then requests that have outgrown every
+finished sibling; then everything else least generated first. A runaway among the siblings of a short group
+reveals itself only by running past them, and `remaining` starts it last, after the long groups; where one
+response alone takes longer than the rest of the work (few groups per instance, slow batch-1 steps) that sets
+the makespan. A
 starvation guard serves the longest-waiting request every `guard_every` dispatches, or whenever it has waited
 more than `max_wait` dispatches.
 
@@ -65,7 +71,7 @@ from seer.rollout.length_model import (
 )
 from seer.rollout.types import Group, RolloutRequest
 
-CONTEXT_RANKS = ("remaining", "group")
+CONTEXT_RANKS = ("remaining", "group", "attained")
 _Entry = tuple[Any, ...]  # (key..., ticket, request): tickets are unique, so comparison never reaches the request
 
 
@@ -242,7 +248,7 @@ class ContextOrdering(Ordering):
     def __init__(self, config: OrderingConfig | None = None) -> None:
         super().__init__(config)
         self._probes: list[_Entry] = []  # (generated, arrival_seq, ticket, req)
-        self._others: list[_Entry] = []  # (-estimated remaining, arrival_seq, ticket, req)
+        self._others: list[_Entry] = []  # ((class, value) key, arrival_seq, ticket, req): see _key
         self._waiting: list[_Entry] = []  # (arrival_seq, ticket, req): every live request, for the guard
         self._legacy = _GroupMajor() if self.config.rank == "group" else None
         self._groups: dict[int, Group] = {}
@@ -289,7 +295,21 @@ class ContextOrdering(Ordering):
         elif self._legacy is not None:
             self._legacy.store(req, group)
         else:
-            heapq.heappush(self._others, (-self.estimated_remaining(req, group), req.arrival_seq, req.ticket, req))
+            heapq.heappush(self._others, (self._key(req, group), req.arrival_seq, req.ticket, req))
+
+    def _key(self, req: RolloutRequest, group: Group) -> tuple[int, float]:
+        """Heap key of a non-probe: (class, value), smallest first. ``remaining``: one class, longest hedged
+        remaining first. ``attained``: requests whose hedged remaining is their whole budget (a runaway, or a group
+        whose length may reach max_tokens) longest first, then requests that have outgrown every finished
+        sibling, then the rest, each of the two least generated first."""
+        est = self.estimated_remaining(req, group)
+        if self.config.rank != "attained":
+            return 0, -est
+        if group.finished_lengths and est >= req.max_tokens - req.generated:
+            return 0, -est
+        if group.finished_lengths and req.generated >= max(group.finished_lengths):
+            return 1, float(req.generated)
+        return 2, float(req.generated)
 
     def _rekey(self, req: RolloutRequest, group: Group) -> None:
         """A buffered request gets a fresh entry under the current estimate (its old entries go stale)."""

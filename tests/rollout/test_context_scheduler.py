@@ -296,3 +296,30 @@ def test_outgrown_request_is_ranked_as_a_runaway() -> None:
     assert ordering.estimated_remaining(req, group) == pytest.approx(600)
     assert ordering.remaining_hint(req, group) > 4 * near > 400
     buf.check_integrity()
+
+
+def test_attained_rank_tests_every_request_before_it_trusts_estimates() -> None:
+    """rank="attained": first the requests whose hedged remaining is their whole budget (a runaway, or a group
+    that may run to max_tokens), longest first; then those that have outgrown every finished sibling; then the
+    rest least generated first, whatever their group's estimate: a runaway among siblings of a short group
+    reveals itself only by running past them, so it may not wait for the long groups to finish."""
+    buf = context_buffer(groups=3, size=3, max_tokens=1000, rank="attained")
+    for gid, probe in ((0, 40), (1, 400), (2, 40)):
+        run_chunk(buf, gid, 0, probe, finished=True)  # group 1 long, groups 0 and 2 short
+    run_chunk(buf, 0, 1, 20)    # behind its finished sibling
+    run_chunk(buf, 2, 1, 50)    # past its finished sibling (40): outgrown
+    run_chunk(buf, 2, 2, 600)   # far past it: a runaway
+    run_chunk(buf, 1, 1, 10)
+    assert buf.ordering.estimated_remaining(buf.groups[2].requests[2], buf.groups[2]) == 400
+    first = order(buf)
+    assert first == [(1, 2), (1, 1), (2, 2), (2, 1), (0, 2), (0, 1)]
+    buf.check_integrity()
+
+
+def test_remaining_rank_keeps_long_groups_first() -> None:
+    """The same state under rank="remaining": the long group's members go before the short groups'."""
+    buf = context_buffer(groups=3, size=3, max_tokens=1000, rank="remaining")
+    for gid, probe in ((0, 40), (1, 400), (2, 40)):
+        run_chunk(buf, gid, 0, probe, finished=True)
+    first = order(buf)
+    assert [g for g, _ in first[:2]] == [1, 1]

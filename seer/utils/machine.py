@@ -1,0 +1,54 @@
+"""The machine a measurement ran on, recorded in every benchmark report.
+
+Why: CPUs differ in what decides engine speed. A CPU with AVX512_BF16 or AMX computes bf16 natively and runs it
+1.5-2.5x faster than fp32; one with AVX-512 but neither runs bf16 about 2.6x slower than fp32; an AVX2-only CPU
+cannot pack bf16 weights at all. A figure without its CPU, core count, dtype and torch version cannot be compared
+with another. Torch-free (the torch version is read only if torch is already imported).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+# the instruction-set features that change which kernels and dtype are fastest
+FEATURES = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+            "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "bf16")
+
+
+@lru_cache(maxsize=1)
+def cpu_info() -> dict:
+    """Model name, the FEATURES it has, logical CPUs present and usable by this process, architecture."""
+    fields = _proc_cpuinfo()
+    flags = set(fields.get("flags", fields.get("Features", "")).split())
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"model": fields.get("model name") or platform.processor() or platform.machine(),
+            "arch": platform.machine(), "features": [f for f in FEATURES if f in flags],
+            "cpus": os.cpu_count(), "usable_cpus": usable}
+
+
+def machine_info(dtype: str | None = None) -> dict:
+    """``cpu_info`` plus the Python and torch versions and, if given, the dtype the run used."""
+    torch = sys.modules.get("torch")
+    info = {"cpu": cpu_info(), "python": platform.python_version(),
+            "torch": getattr(torch, "__version__", None)}
+    if dtype is not None:
+        info["dtype"] = dtype
+    return info
+
+
+def _proc_cpuinfo() -> dict[str, str]:
+    """The first processor's ``key: value`` lines (Linux); empty elsewhere."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out.setdefault(key.strip(), value.strip())
+    return out
