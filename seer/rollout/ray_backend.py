@@ -193,10 +193,12 @@ class RayBackend:
         if not self.proxies:
             self._spawn(type("P", (), {"speculative": False})())
         refs = [p.actor.update_weights.remote(source, version) for p in self.proxies.values()]
-        versions = set(self.ray.get(refs, timeout=CALL_TIMEOUT_S))
-        for p, v in zip(self.proxies.values(), versions):
+        versions = list(self.ray.get(refs, timeout=CALL_TIMEOUT_S))
+        for p, v in zip(self.proxies.values(), versions):  # one version per actor, in the proxies' order
             p.snap["weight_version"] = v
-        return versions.pop()
+        if len(set(versions)) != 1:
+            raise RuntimeError(f"instances loaded different weight versions: {versions}")
+        return versions[0]
 
     def set_pool(self, pool) -> None:
         pass

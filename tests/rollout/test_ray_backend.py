@@ -32,3 +32,24 @@ def test_an_actor_that_never_starts_is_a_clear_error() -> None:
     backend.engine_kwargs, backend.cpus_per_actor, backend.proxies, backend._key = {}, 0.5, {}, "unset"
     with pytest.raises(RuntimeError, match=r"instance 0 did not start within 600 s.*0.5 free CPUs.*lower priority"):
         backend._spawn(SimpleNamespace(speculative=False))
+
+
+def test_update_weights_records_the_version_of_every_actor() -> None:
+    """Each proxy's snapshot gets its own actor's new version, so the coordinator sees them agree."""
+    backend = RayBackend.__new__(RayBackend)
+    calls = []
+    actor = SimpleNamespace(update_weights=SimpleNamespace(remote=lambda source, version: calls.append(1) or 3))
+    backend.ray = SimpleNamespace(get=lambda refs, timeout=None: list(refs))
+    backend.proxies = {i: SimpleNamespace(actor=actor, snap={"weight_version": 0}) for i in range(3)}
+    assert backend.update_weights("ckpt") == 3 and len(calls) == 3
+    assert backend.weight_versions() == [3, 3, 3]
+
+
+def test_actors_that_disagree_after_an_update_are_an_error() -> None:
+    backend = RayBackend.__new__(RayBackend)
+    versions = iter([3, 4])
+    actor = SimpleNamespace(update_weights=SimpleNamespace(remote=lambda source, version: next(versions)))
+    backend.ray = SimpleNamespace(get=lambda refs, timeout=None: list(refs))
+    backend.proxies = {i: SimpleNamespace(actor=actor, snap={"weight_version": 0}) for i in range(2)}
+    with pytest.raises(RuntimeError, match=r"different weight versions: \[3, 4\]"):
+        backend.update_weights("ckpt")
