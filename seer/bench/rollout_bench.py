@@ -32,7 +32,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
 
     p = bsub.add_parser("rollout", help="rollout policies side by side on a trace")
     add_rollout_args(p)
-    p.add_argument("--policies", default="verl,divided,context,seer,oracle")
+    p.add_argument("--policies", default="verl,divided,context,seer,oracle",
+                   help="comma-separated; a divided policy as NAME+critical adds critical-path placement")
     p.add_argument("--kv-fraction", type=float, default=1 / 3,
                    help="KV budget per instance as a fraction of the tokens its even share generates")
     p.add_argument("--peer", default=None, choices=["vllm"],

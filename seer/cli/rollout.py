@@ -48,7 +48,9 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="run a rollout over several engine instances")
     add_rollout_args(p)
-    p.add_argument("--policy", default="seer", help="verl, divided, context, seer or oracle")
+    p.add_argument("--policy", default="seer",
+                   help="verl, divided, context, seer or oracle; a divided one as NAME+critical adds critical-path "
+                        "placement")
     p.add_argument("--out", default=None, help="responses as JSONL")
     p.add_argument("--json", default=None, help="metrics report (a PNG plot is written next to it)")
     p.set_defaults(func=run)

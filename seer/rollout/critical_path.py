@@ -4,9 +4,8 @@ Why: a step's cost grows with its batch. On a CPU a step is compute-bound almost
 sequences take about 2.5x the time of one), and on an accelerator at least the attention part grows. A response
 advances one step at a time at its instance's pace, so a response that will end last (a runaway, or the longest
 member of a long group) sharing its instance with a full batch stretches the whole rollout, however early the
-ordering started it: this is what kept both the context and the oracle orderings well above the bound on the
-real engine at 8 instances. Giving it an instance alone costs that instance's throughput, which pays only while
-the other instances can absorb the rest of the work in the time the isolated response still needs.
+ordering started it. Giving it an instance alone costs that instance's throughput, which pays only while the
+other instances can absorb the rest of the work in the time the isolated response still needs.
 
 Rule. Let ``R_1 >= R_2 >= ...`` be the estimated remaining lengths of the ``N`` unfinished requests, ``W`` their
 sum, ``I`` the live instances and ``s(b)`` the speedup of an instance running ``b`` sequences over one sequence
@@ -28,7 +27,7 @@ Torch-free.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 from seer.rollout.types import InstanceState, RolloutRequest
 
