@@ -16,13 +16,13 @@ grouped drafting can gain, depends on them as much as on the prompt.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from seer.cli.common import read_jsonl
 from seer.data.traces import TraceGroup, load_trace
 from seer.rollout.driver import GroupInput
-from seer.sampling_params import SamplingParams
+from seer.sampling_params import SamplingParams, group_seed
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,8 @@ def groups_from_prompts(path: str | Path, tokenizer, group_size: int, params: Sa
         else:
             raise ValueError(f"{path}:{lineno}: needs one of question, prompt, messages, prompt_token_ids")
         meta = {k: rec[k] for k in ("id", "answer", "question", "data_source") if k in rec}
-        groups.append(GroupInput(tuple(ids), group_size, params, key=str(rec.get("id", lineno)), metadata=meta))
+        seeded = replace(params, seed=group_seed(params.seed, 0, len(groups)))
+        groups.append(GroupInput(tuple(ids), group_size, seeded, key=str(rec.get("id", lineno)), metadata=meta))
         if limit is not None and len(groups) >= limit:
             break
     if not groups:

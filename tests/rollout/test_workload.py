@@ -23,6 +23,19 @@ def test_prompts_file_groups(tok, tmp_path):
     assert [g.size for g in groups] == [4, 4] and groups[0].metadata["answer"] == "2"
 
 
+def test_every_group_of_a_prompts_file_gets_its_own_seed(tok, tmp_path):
+    """Sibling seeds derive from (group seed, index): groups sharing a seed would draw the same numbers."""
+    f = tmp_path / "p.jsonl"
+    f.write_text("".join(json.dumps({"question": f"{i}+1?"}) + "\n" for i in range(4)))
+    groups = groups_from_prompts(f, tok, 3, SamplingParams(max_tokens=8, seed=5))
+    seeds = [g.response_params(i).seed for g in groups for i in range(3)]
+    assert len(set(seeds)) == 12 and seeds == [g.response_params(i).seed for g in
+                                                groups_from_prompts(f, tok, 3, SamplingParams(max_tokens=8, seed=5))
+                                                for i in range(3)]
+    unseeded = groups_from_prompts(f, tok, 3, SamplingParams(max_tokens=8))
+    assert all(g.params.seed is None for g in unseeded)
+
+
 def test_prompt_file_errors(tok, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

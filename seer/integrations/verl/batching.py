@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from seer.sampling_params import SamplingParams
+from seer.sampling_params import SamplingParams, group_seed  # noqa: F401 - group_seed is part of this API
 
 
 @dataclass
@@ -97,13 +97,6 @@ def group_rows(prompts: Sequence[Sequence[int]], uids: Sequence[Any] | None = No
         out.slots.append(RowSlot(g, out.sizes[g]))
         out.sizes[g] += 1
     return out
-
-
-def group_seed(base_seed: int | None, step: int, group: int) -> int | None:
-    """A distinct, reproducible seed per (training step, group) from one configured seed (None: unseeded)."""
-    if base_seed is None:
-        return None
-    return (int(base_seed) * 1_000_003 + int(step) * 10_007 + int(group) * 7_919) % (2**63)
 
 
 def cfg_get(cfg: Any, name: str, default: Any = None) -> Any:
