@@ -12,7 +12,8 @@ and for group progress; an `Ordering` (context_scheduler.py) decides which buffe
 instance with the most free KV (then fewest running), the KV moving through the pool. A holder running more than
 `affinity_spread` requests beyond the least loaded live instance is overloaded: the least loaded instance takes
 the chunk if it fits there, since affinity alone lets the instances that happen to hold KV keep long queues
-while others idle.
+while others idle. With critical-path placement (`DispatchConfig.critical_speedup`, critical_path.py) an instance
+reserved for a critical request takes only that request's chunks, which go first in each round.
 Instances sit in heaps with lazy updates, so a round with k dispatches over N instances costs
 O(N + k log N + k log n).
 
