@@ -71,7 +71,6 @@ def sibling_seed(seed: int | None, index: int) -> int | None:
     return (seed * 1_000_003 + index * 7_919) % (2**63)
 
 
-
 def group_seed(base_seed: int | None, step: int, group: int) -> int | None:
     """A distinct, reproducible seed per (step, group) from one run seed; None stays unseeded. Groups must not
     share a seed: sibling seeds derive from (seed, index), so sibling i of every group would draw the same random

@@ -110,6 +110,6 @@ def run(args: argparse.Namespace) -> int:
         report["engine"] = engine_report(args)
         print(json.dumps({k: {kk: v[kk] for kk in ("off_tok_s", "on_tok_s", "speedup")}
                           for k, v in report["engine"]["batch_sizes"].items()}, indent=1))
-    report["machine"] = machine_info(getattr(args, "dtype", None))
+    report["machine"] = machine_info()
     write_json(args.json, report)
     return 0

@@ -77,7 +77,6 @@ class RolloutConfig:
                     ordering_config=self.ordering, affinity_spread=self.kv_affinity_spread,
                     critical_speedup=speedup)
 
-
     def engine_kwargs(self) -> dict[str, Any]:
         return dict(dtype=self.dtype, device=self.device, block_size=self.block_size, kv_cache_memory_gb=self.kv_cache_gb,
                     num_kv_blocks=self.num_kv_blocks, max_num_seqs=self.max_num_seqs,

@@ -1,7 +1,7 @@
 """Critical-path placement: the responses that will end last get an instance of their own.
 
-Why: a step's cost grows with its batch. On a CPU a step is compute-bound almost from batch 1 (16 decoding
-sequences take about 2.5x the time of one), and on an accelerator at least the attention part grows. A response
+Why: a step's cost grows with its batch. On a CPU a step is compute-bound almost from batch 1, and on an
+accelerator at least the attention part grows. A response
 advances one step at a time at its instance's pace, so a response that will end last (a runaway, or the longest
 member of a long group) sharing its instance with a full batch stretches the whole rollout, however early the
 ordering started it. Giving it an instance alone costs that instance's throughput, which pays only while the
@@ -13,9 +13,9 @@ alone (tokens per unit of time, from the engine's step profile). The ``j``-th lo
 and the ``j - 1`` before it each alone on an instance, the ``I - j`` shared instances would still finish the rest
 no later even at ``1 / margin`` of their ideal rate:
 ``R_j * s((N - j) / (I - j)) * (I - j) >= margin * (W - R_1 - ... - R_j)``. The margin (1.5) covers what the
-ideal rate ignores (prefill, KV limits on the batch, uneven loads); without it the rule isolated requests whose
-estimate was only just long enough and cost the context order about 2% on CASTILLO in the simulator. At most ``I - 1`` requests are critical, so one instance
-always stays shared. The set is recomputed every dispatch round (estimates sharpen as siblings finish); a
+ideal rate ignores (prefill, KV limits on the batch, uneven loads): without it, requests whose estimate is only
+just long enough are isolated and the instance's throughput is lost for little. At most ``I - 1`` requests are
+critical, so one instance always stays shared. The set is recomputed every dispatch round (estimates sharpen as siblings finish); a
 request that stays critical keeps its instance. That instance takes no other chunk, and the driver moves the
 paused KV of other requests off it, so the requests running there finish their chunk and continue elsewhere.
 

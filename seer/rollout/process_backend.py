@@ -26,11 +26,17 @@ from seer.spec.policy import VerifyCostModel
 READY_TIMEOUT_S = 600.0
 
 
+def step_profile(backend) -> dict:
+    """The instances' verify-cost profile, kept on ``backend`` (a process or Ray backend): reading even the
+    cached one builds a whole engine here, so it is done once per backend, not per rollout."""
+    if getattr(backend, "_profile", None) is None:
+        backend._profile = verify_cost_profile(backend.model, backend.engine_kwargs)
+    return backend._profile
+
+
 def critical_cost(backend, policy: RolloutPolicy) -> VerifyCostModel | None:
-    """The step profile critical-path placement needs, when the backend's config turns it on for ``policy``."""
-    if not policy.critical:
-        return None
-    return VerifyCostModel.from_profile(verify_cost_profile(backend.model, backend.engine_kwargs))
+    """The step profile critical-path placement needs, when ``policy`` uses it."""
+    return VerifyCostModel.from_profile(step_profile(backend)) if policy.critical else None
 
 
 def verify_cost_profile(model: str, engine_kwargs: dict) -> dict:
@@ -112,6 +118,7 @@ class ProcessBackend:
                              f"{os.cpu_count()} (use --backend inprocess or ray for more)")
         EngineConfig(model=model, **kwargs)  # validate before spawning anything
         self.engine_kwargs = kwargs
+        self._profile: dict | None = None  # step_profile()
         self.pool = FileKVPool.create(int(config.pool_budget_gb * 2**30), config.spill_dir)
         self.ctx = mp.get_context("spawn")
         self.proxies: dict[int, WorkerProxy] = {}
@@ -124,7 +131,7 @@ class ProcessBackend:
         if self.proxies and key == self._spec_key and all(p.proc.is_alive() for p in self.proxies.values()):
             return
         self.close_workers()
-        profile = verify_cost_profile(self.model, self.engine_kwargs) if spec is not None and spec.adaptive else None
+        profile = step_profile(self) if spec is not None and spec.adaptive else None
         pool_dirs = (str(self.pool.memory_dir), str(self.pool.spill_dir), self.pool.budget_bytes)
         pending = {}
         for iid in range(self.config.instances):

@@ -17,7 +17,7 @@ from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutLis
 from seer.rollout.instance import ChunkStart
 from seer.rollout.kv_pool import KVPool, PoolStats
 from seer.rollout.policies import RolloutPolicy
-from seer.rollout.process_backend import critical_cost
+from seer.rollout.process_backend import critical_cost, step_profile
 from seer.rollout.process_worker import WorkerSpec, snapshot
 from seer.rollout.remote_proxy import RemoteInstanceProxy
 
@@ -157,6 +157,7 @@ class RayBackend:
         if kwargs.get("num_threads") is None:
             kwargs["num_threads"] = 1
         self.engine_kwargs = kwargs
+        self._profile: dict | None = None  # step_profile()
         self.cpus_per_actor = float(os.environ.get("SEER_RAY_CPUS_PER_ACTOR", "0.5"))
         self.proxies: dict[int, ActorProxy] = {}
         self._key: object = "unset"
@@ -169,8 +170,7 @@ class RayBackend:
         self.close_actors()
         profile = None
         if spec is not None and spec.adaptive:
-            from seer.rollout.process_backend import verify_cost_profile
-            profile = verify_cost_profile(self.model, self.engine_kwargs)
+            profile = step_profile(self)
         actor_cls = ray.remote(num_cpus=self.cpus_per_actor)(InstanceActor)
         handoff: dict[int, object] = {}
         for iid in range(self.config.instances):
