@@ -1,28 +1,31 @@
 """Critical-path placement: the responses that will end last get an instance of their own.
 
 Why: a step's cost grows with its batch. On a CPU a step is compute-bound almost from batch 1, and on an
-accelerator at least the attention part grows. A response
-advances one step at a time at its instance's pace, so a response that will end last (a runaway, or the longest
-member of a long group) sharing its instance with a full batch stretches the whole rollout, however early the
-ordering started it. Giving it an instance alone costs that instance's throughput, which pays only while the
-other instances can absorb the rest of the work in the time the isolated response still needs.
+accelerator at least the attention part grows. A response advances one step at a time at its instance's pace, so a
+response that will end last (a runaway, or the longest member of a long group) sharing its instance with a full
+batch stretches the whole rollout, however early the ordering started it. Giving it an instance alone costs that
+instance's throughput, which pays only while the other instances can absorb the rest of the work in the time the
+isolated response still needs.
 
-Rule. Let ``R_1 >= R_2 >= ...`` be the estimated remaining lengths of the ``N`` unfinished requests, ``W`` their
-sum, ``I`` the live instances and ``s(b)`` the speedup of an instance running ``b`` sequences over one sequence
-alone (tokens per unit of time, from the engine's step profile). The ``j``-th longest is critical when, with it
-and the ``j - 1`` before it each alone on an instance, the ``I - j`` shared instances would still finish the rest
-no later even at ``1 / margin`` of their ideal rate:
-``R_j * s((N - j) / (I - j)) * (I - j) >= margin * (W - R_1 - ... - R_j)``. The margin (1.5) covers what the
-ideal rate ignores (prefill, KV limits on the batch, uneven loads): without it, requests whose estimate is only
-just long enough are isolated and the instance's throughput is lost for little. At most ``I - 1`` requests are
-critical, so one instance always stays shared. The set is recomputed every dispatch round (estimates sharpen as siblings finish); a
-request that stays critical keeps its instance. That instance takes no other chunk, and the driver moves the
-paused KV of other requests off it, so the requests running there finish their chunk and continue elsewhere.
+Rule. Let ``W`` be the estimated remaining work of the ``N`` unfinished requests, ``R_1 >= R_2 >= ...`` the
+estimated remaining lengths of those with a belief (below), ``I`` the live instances and ``s(b)`` the speedup of an
+instance running ``b`` sequences over one sequence alone (tokens per unit of time, from the engine's step profile).
+The ``j``-th longest is critical when, with it and the ``j - 1`` before it each alone on an instance, the ``I - j``
+shared instances would still finish the rest no later even at ``1 / margin`` of their ideal rate: ``R_j * s((N - j)
+/ (I - j)) * (I - j) >= margin * (W - R_1 - ... - R_j)``. The margin (1.5) covers what the ideal rate ignores
+(prefill, KV limits on the batch, uneven loads): without it, requests whose estimate is only just long enough are
+isolated and the instance's throughput is lost for little. At most ``I - 1`` requests are critical, so one instance
+always stays shared. The set is recomputed every dispatch round (estimates sharpen as siblings finish); a request
+that stays critical keeps its instance. That instance takes no other chunk, and the driver moves the paused KV of
+other requests off it, so the requests running there finish their chunk and continue elsewhere.
 
-Estimates are the ordering's ``remaining_hint`` (the oracle's is exact). Where it has none (a group whose length
-nothing has revealed yet) the request counts with its whole budget ``max_tokens - generated`` in ``W`` but is
-never made critical on a budget alone: early in a rollout ``W`` is then so large that nothing is critical.
-Torch-free.
+Estimates are the ordering's ``remaining_hint`` (the oracle's is exact). Where it has none (no sibling of the
+request has finished) the request buffer falls back to the population of finished responses
+(``PopulationLength``), once enough have finished to fit it: a group all of whose members are far longer than
+every finished response is the critical path, and its siblings cannot say so. Before that, the request counts
+with its whole budget ``max_tokens - generated`` in ``W`` but is never made critical on a budget alone, nor does
+it keep a request with a belief from being considered: early in a rollout ``W`` is then so large that nothing is
+critical. Torch-free.
 """
 
 from __future__ import annotations
@@ -56,16 +59,18 @@ class CriticalPath:
         """Recompute the critical set for this dispatch round; a request that stays critical keeps its instance.
         ``estimate(r)`` is (remaining tokens, whether that is a belief or only the budget left)."""
         live = {i.instance_id: i for i in instances if i.alive}
-        ranked = sorted(((*estimate(r), r) for r in unfinished), key=lambda x: -x[0])
-        rest = sum(e for e, _, _ in ranked)
+        estimates = [(*estimate(r), r) for r in unfinished]
+        rest = sum(e for e, _, _ in estimates)
+        # a budget is no evidence that this request, rather than its siblings, ends last: only beliefs compete,
+        # while budgets still count in the rest of the work
+        candidates = sorted(((e, r) for e, known, r in estimates if known), key=lambda x: -x[0])
         chosen: list[RolloutRequest] = []
-        for j, (est, known, req) in enumerate(ranked[:len(live) - 1], start=1):
+        for j, (est, req) in enumerate(candidates[:len(live) - 1], start=1):
             rest -= est
             shared = len(live) - j
-            if est * self.speedup((len(ranked) - j) / shared) * shared < rest * self.margin:
+            if est * self.speedup((len(estimates) - j) / shared) * shared < rest * self.margin:
                 break
-            if known:  # a budget is no evidence that this request, rather than its siblings, ends last
-                chosen.append(req)
+            chosen.append(req)
         keep = {r.request_id for r in chosen}
         for rid, iid in list(self.instance_of.items()):
             if rid not in keep or iid not in live:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
+from typing import ClassVar
 
 from seer.rollout.types import Group
 
@@ -155,3 +157,36 @@ def quantile_remaining(center: float, generated: int, sigma: float, level: float
     else:  # far in the tail the conditional excess of a standard normal is ~ exponential with rate a
         z = a - math.log(1.0 - level) / a
     return min(float(cap), math.exp(mu + sigma * z)) - generated
+
+
+@dataclass(frozen=True)
+class PopulationLength:
+    """Lengths of all responses of a rollout as one LogNormal(mu, sigma): what a request whose siblings have
+    revealed nothing is expected to need. Both are fitted with the unfinished responses right-censored at what
+    they have generated (EM, as ``censored_spread``), so the short responses that finish first pass neither for
+    the population's median nor for its spread."""
+
+    mu: float
+    sigma: float
+
+    MIN_FINISHED: ClassVar[int] = 16  # finished responses before the fit replaces the budget
+
+    @classmethod
+    def fit(cls, groups: Iterable[Group]) -> PopulationLength | None:
+        """The fit over every group's responses, or None while fewer than MIN_FINISHED have finished."""
+        xs: list[float] = []
+        cs: list[float] = []
+        for group in groups:
+            finished, censored = group_logs(group)
+            xs += finished
+            cs += censored
+        if len(xs) < cls.MIN_FINISHED:
+            return None
+        mean = sum(xs) / len(xs)
+        start = max(math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)), MIN_SPREAD)
+        sigma, _ = censored_spread([(xs, cs)], start, iterations=20)
+        return cls(censored_mu(xs, cs, sigma, mean), sigma)
+
+    def mean_remaining(self, generated: int, cap: int) -> float:
+        """E[min(L, cap) - generated | L > generated] under the population's distribution."""
+        return mean_remaining(math.exp(self.mu), generated, self.sigma, cap)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from seer.rollout.context_scheduler import Ordering, OrderingConfig, make_ordering
 from seer.rollout.critical_path import CriticalPath
+from seer.rollout.length_model import PopulationLength
 from seer.rollout.types import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -275,12 +276,16 @@ class RequestBuffer:
         if self.critical is None:
             return
         unfinished = [*self._buffered.values(), *(r for rs in self._running.values() for r in rs.values())]
-        self.critical.update(unfinished, self.estimated_remaining, instances)
+        population = PopulationLength.fit(self.groups.values())
+        self.critical.update(unfinished, lambda r: self.estimated_remaining(r, population), instances)
 
-    def estimated_remaining(self, req: RolloutRequest) -> tuple[float, bool]:
-        """The ordering's belief of what ``req`` still has to generate, or its whole budget where it has none
-        (then False)."""
+    def estimated_remaining(self, req: RolloutRequest,
+                            population: PopulationLength | None = None) -> tuple[float, bool]:
+        """The ordering's belief of what ``req`` still has to generate; where it has none, the expectation under
+        ``population`` (all responses' lengths); without that, its whole budget (then False)."""
         hint = self.ordering.remaining_hint(req, self.groups[req.group_id])
+        if hint is None and population is not None:
+            hint = population.mean_remaining(req.generated, req.max_tokens)
         return (float(req.remaining_budget), False) if hint is None else (hint, True)
 
     def take(self, request_id: int, instance_id: int) -> Assignment:

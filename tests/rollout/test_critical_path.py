@@ -7,7 +7,8 @@ import pytest
 from seer.rollout.critical_path import CriticalPath, batch_speedup
 from seer.rollout.policies import UnknownPolicyError, get_policy
 from seer.rollout.request_buffer import DispatchConfig, RequestBuffer
-from seer.rollout.types import InstanceState, RolloutRequest
+from seer.rollout.length_model import PopulationLength
+from seer.rollout.types import InstanceState, RequestState, RolloutRequest
 
 
 def flat(b: float) -> float:
@@ -56,6 +57,33 @@ def test_a_budget_is_never_evidence_but_counts_as_work() -> None:
     cp = CriticalPath(flat)
     cp.update(reqs, lambda r: (est[r.request_id][0], r.request_id != 0), instances(4))
     assert cp.instance_of == {}  # the long one is only a budget; the short ones are not critical
+
+
+def test_budgets_above_a_belief_do_not_hide_it() -> None:
+    # eight requests known only by their budgets rank above the runaway, more than the 3 instances that could be
+    # reserved: they count as work but must not use up the candidates
+    reqs, est = requests([1100.0] * 8 + [1000.0] + [5.0] * 10)
+    cp = CriticalPath(flat)
+    cp.update(reqs, lambda r: (est[r.request_id][0], r.request_id >= 8), instances(4))
+    assert set(cp.instance_of) == {8}
+    cp.check_integrity()
+
+
+def test_the_buffer_estimates_unrevealed_groups_from_the_population() -> None:
+    buf = RequestBuffer("context", chunk_tokens=16, dispatch=DispatchConfig(critical_speedup=flat))
+    for g in range(5):
+        group = buf.add_group(8, 4, 2000)
+        for req in group.requests:
+            req.state = RequestState.FINISHED
+            group.finished_lengths.append(100)
+    long = buf.add_group(8, 4, 2000)
+    for req in long.requests:
+        req.generated = 700
+    req = long.requests[1]
+    assert buf.estimated_remaining(req) == (1300.0, False)  # nothing revealed: the budget, not a belief
+    population = PopulationLength.fit(buf.groups.values())
+    est, known = buf.estimated_remaining(req, population)
+    assert known and 0 < est < 1300
 
 
 def test_one_instance_stays_shared_and_the_least_loaded_are_reserved() -> None:

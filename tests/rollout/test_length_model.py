@@ -1,4 +1,4 @@
-"""The within-group length model: censored median and spread, conditional quantile and mean, runaway odds."""
+"""The length model: censored median and spread, conditional quantile and mean, runaway odds, the population."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import random
 
 import pytest
 
+from seer.rollout.types import Group, RolloutRequest
 from seer.rollout.length_model import (
     MIN_SPREAD,
+    PopulationLength,
     censored_mu,
     censored_spread,
     mean_remaining,
@@ -79,3 +81,29 @@ def test_censored_spread_is_unbiased_where_completed_groups_are_not() -> None:
     assert math.sqrt(ss / dof) < 0.85 * sigma                # the completed-groups-only estimate
     s, n = censored_spread(partial, 0.3, ss, dof, iterations=200)
     assert s == pytest.approx(sigma, rel=0.08) and n > dof
+
+
+def _group(gid: int, finished: list[int], generated: list[int]) -> Group:
+    group = Group(gid, len(finished) + len(generated), 4000, finished_lengths=list(finished))
+    for i, n in enumerate(generated):
+        group.requests.append(RolloutRequest(gid * 100 + i, gid, i, 8, 4000, generated=n))
+    return group
+
+
+def test_population_fit_needs_enough_finished_responses() -> None:
+    few = [_group(g, [100, 120], [50]) for g in range(7)]  # 14 finished
+    assert PopulationLength.fit(few) is None
+    enough = few + [_group(7, [110, 90], [])]
+    fit = PopulationLength.fit(enough)
+    assert fit is not None and fit.sigma > 0
+
+
+def test_population_fit_counts_the_unfinished_as_censored() -> None:
+    finished = [_group(g, [100, 120, 80, 110], []) for g in range(5)]
+    plain = PopulationLength.fit(finished)
+    with_long = PopulationLength.fit(finished + [_group(9, [], [600] * 8)])  # a long group still running
+    assert plain is not None and with_long is not None
+    assert with_long.mu > plain.mu  # the long group pulls the median up before any of it finishes
+    # a request far beyond every finished response is expected to need far more than a typical one
+    assert with_long.mean_remaining(600, 4000) > with_long.mean_remaining(50, 4000)
+    assert with_long.mean_remaining(600, 610) <= 10
