@@ -283,7 +283,7 @@ class ContextOrdering(Ordering):
         center, sigma = self._length_model(group)
         if runaway_posterior(center, req.generated, sigma, self.config.runaway_prior) > 1.0 - self.config.hedge:
             return float(req.max_tokens - req.generated)  # the hedge quantile is the runaway's: max_tokens
-        level = self.config.hedge ** (1.0 / max(1, group.size - len(group.finished_lengths)))
+        level = self.config.hedge ** (1.0 / max(1, group.size - len(group.finished_lengths) - group.aborted))
         return quantile_remaining(center, req.generated, sigma, level, req.max_tokens)
 
     # ---- heaps -------------------------------------------------------------------------------------------
@@ -332,9 +332,10 @@ class ContextOrdering(Ordering):
         self._finishes += 1
         if group.done:  # complete groups enter the spread exactly, once
             logs = group_logs(group)[0]
-            mean = sum(logs) / len(logs)
-            self._ss += sum((x - mean) ** 2 for x in logs)
-            self._dof += len(logs) - 1
+            if len(logs) > 1:  # aborted members leave fewer lengths, maybe none
+                mean = sum(logs) / len(logs)
+                self._ss += sum((x - mean) ** 2 for x in logs)
+                self._dof += len(logs) - 1
         if self._finishes >= self._next_refit:
             self._next_refit = max(self._finishes + 1, math.ceil(self._finishes * self.REFIT_GROWTH))
             measured = self._refit_spread()

@@ -247,7 +247,10 @@ class RolloutDriver:
         chunk = ChunkStart(a, self.specs[rid], tuple(res.token_ids), req.generated + a.max_new_tokens,
                            reserve=self.policy.divided, remaining_hint=hint,
                            headroom=self.buffer.dispatch.extra_tokens)
-        self.instances[a.instance_id].start(chunk)
+        try:
+            self.instances[a.instance_id].start(chunk)
+        except InstanceLost:
+            self._kill(a.instance_id)  # the request, running there, returns to the buffer with the rest
 
     def _dispatch(self) -> None:
         if not self.policy.divided:
@@ -257,7 +260,8 @@ class RolloutDriver:
             states = [self.instances[i].state() for i in sorted(self.alive)]
             placed = self.buffer.select(states)
             for a in placed:
-                self._launch(a)
+                if a.instance_id in self.alive:  # an earlier launch of this round may have found it dead
+                    self._launch(a)
             if not self._make_room():  # the next request in order fits nowhere: evict paused KV for it
                 return
 
@@ -446,6 +450,8 @@ class RolloutDriver:
             end, _, iid, rep, start = heapq.heappop(in_flight)
             self.now = end
             busy_ids.discard(iid)
+            if iid not in self.alive:  # found dead while its step was in flight: its chunks were returned
+                continue
             self.on_step(iid, start, rep)
             start_idle()
         return self.result()

@@ -66,7 +66,10 @@ class WorkerProxy(RemoteInstanceProxy):
         self.inbox: list[tuple] = []
 
     def send_start(self, chunk: ChunkStart) -> None:
-        self.conn.send(("start", chunk))
+        try:
+            self.conn.send(("start", chunk))
+        except (BrokenPipeError, OSError) as err:
+            raise InstanceLost(self.instance_id) from err
 
     def evict(self, request_id: int) -> int:
         blocks = self.forget_resident(request_id)
@@ -86,7 +89,10 @@ class WorkerProxy(RemoteInstanceProxy):
 
     def release(self, request_id: int) -> None:
         self.forget_resident(request_id)
-        self.conn.send(("release", request_id))
+        try:
+            self.conn.send(("release", request_id))
+        except (BrokenPipeError, OSError):
+            pass  # a dead process holds no KV
 
 
 class BroadcastDrafts:

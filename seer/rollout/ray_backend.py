@@ -14,7 +14,7 @@ import os
 import time
 
 from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled
-from seer.rollout.instance import ChunkStart
+from seer.rollout.instance import ChunkStart, InstanceLost
 from seer.rollout.kv_pool import KVPool, PoolStats
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.process_backend import critical_cost, step_profile
@@ -127,7 +127,10 @@ class ActorProxy(RemoteInstanceProxy):
         import ray
 
         blocks = self.forget_resident(request_id)
-        nbytes, kv = ray.get(self.actor.evict.remote(request_id), timeout=CALL_TIMEOUT_S)
+        try:
+            nbytes, kv = ray.get(self.actor.evict.remote(request_id), timeout=CALL_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as err:
+            raise InstanceLost(self.instance_id) from err
         self.handoff_source[request_id] = ray.put(kv)
         self.snap["free_blocks"] += blocks
         return int(nbytes)

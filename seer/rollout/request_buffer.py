@@ -364,9 +364,7 @@ class RequestBuffer:
             req.state = RequestState.FINISHED
             req.finish_reason = finish_reason or (FINISH_LENGTH if req.generated == req.max_tokens else FINISH_STOP)
             req.kv_instance, req.kv_in_pool, req.kv_tokens = None, False, 0
-            self._finished.add(request_id)
-            group.finished_lengths.append(req.generated)
-            self.ordering.on_group_update(group)
+            self._finish(req, group)
         else:
             req.state = RequestState.BUFFERED
             req.kv_instance, req.kv_in_pool = kv_instance, kv_in_pool
@@ -385,11 +383,18 @@ class RequestBuffer:
         req.state = RequestState.FINISHED
         req.finish_reason = FINISH_ABORT
         req.kv_instance, req.kv_in_pool, req.kv_tokens = None, False, 0
-        self._finished.add(request_id)
-        group = self.groups[req.group_id]
-        group.finished_lengths.append(req.generated)
-        self.ordering.on_group_update(group)
+        self._finish(req, self.groups[req.group_id])
         return req
+
+    def _finish(self, req: RolloutRequest, group: Group) -> None:
+        """Record a finished request in its group: its length is evidence of the group's, unless it was
+        aborted (a partial length would pass for a short sibling)."""
+        self._finished.add(req.request_id)
+        if req.finish_reason == FINISH_ABORT:
+            group.aborted += 1
+        else:
+            group.finished_lengths.append(req.generated)
+        self.ordering.on_group_update(group)
 
     # ---- queries --------------------------------------------------------------------------------------
     @property
@@ -436,8 +441,10 @@ class RequestBuffer:
                 assert req.state is RequestState.FINISHED and req.finish_reason, f"request {rid} state"
         for gid, group in self.groups.items():
             assert [r.index for r in group.requests] == list(range(group.size)), f"group {gid} members"
-            done = sorted(r.generated for r in group.requests if r.finished)
+            done = sorted(r.generated for r in group.requests if r.finished and r.finish_reason != FINISH_ABORT)
             assert sorted(group.finished_lengths) == done, f"group {gid} finished lengths"
+            aborted = sum(r.finish_reason == FINISH_ABORT for r in group.requests)
+            assert group.aborted == aborted, f"group {gid} aborted count"
         self.ordering.check_integrity(self._buffered.values())
         if self.critical is not None:
             self.critical.check_integrity()

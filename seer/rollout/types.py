@@ -101,8 +101,9 @@ class Group:
     size: int
     max_tokens: int
     requests: list[RolloutRequest] = field(default_factory=list)
-    finished_lengths: list[int] = field(default_factory=list)
+    finished_lengths: list[int] = field(default_factory=list)  # lengths of siblings that ended on their own
     true_lengths: tuple[int, ...] | None = None
+    aborted: int = 0  # members ended by an abort: their partial lengths say nothing about the group's length
 
     @property
     def length_estimate(self) -> int:
@@ -115,7 +116,7 @@ class Group:
 
     @property
     def done(self) -> bool:
-        return len(self.finished_lengths) == self.size
+        return len(self.finished_lengths) + self.aborted == self.size
 
 
 @dataclass

@@ -7,6 +7,7 @@ from seer.engine.block_manager import BlockManager
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutStalled
+from seer.rollout.instance import InstanceLost
 from seer.rollout.policies import get_policy
 from seer.rollout.scheduled_instance import ScheduledInstance
 from seer.sampling_params import SamplingParams
@@ -118,6 +119,28 @@ def test_instance_failure_loses_nothing():
     ref = run("divided")
     res = run("divided", fault=FaultPlan(instance_id=1, at_s=0.01))
     assert res.stats["failed_instances"] == 1
+    assert [len(v) for v in res.groups().values()] == [4] * 6
+    assert [r.token_ids for r in res.responses] == [r.token_ids for r in ref.responses]
+
+
+class DyingInstance(FakeInstance):
+    """Its process dies after a few chunk starts: the next start finds it gone."""
+
+    def start(self, chunk):
+        self.starts = getattr(self, "starts", 0) + 1
+        if self.starts > 5:
+            raise InstanceLost(self.instance_id)
+        super().start(chunk)
+
+
+def test_an_instance_found_dead_at_a_chunk_start_loses_nothing():
+    ref = run("divided")
+    FakeInstance.shared_pool = {}
+    insts = [FakeInstance(0), DyingInstance(1)]
+    drv = RolloutDriver(get_policy("divided"), insts, groups(), chunk_tokens=8)
+    res = drv.run()
+    drv.buffer.check_integrity()
+    assert res.stats["failed_instances"] == 1 and drv.alive == {0}
     assert [len(v) for v in res.groups().values()] == [4] * 6
     assert [r.token_ids for r in res.responses] == [r.token_ids for r in ref.responses]
 

@@ -188,3 +188,16 @@ def test_select_pinned_rejects_an_incomplete_split_without_dispatching() -> None
         buf.select_pinned({0: 0})
     assert buf.num_buffered == 4
     buf.check_integrity()
+
+
+def test_an_aborted_response_is_no_evidence_of_its_groups_length() -> None:
+    buf = RequestBuffer("context", chunk_tokens=16)
+    group = buf.add_group(8, 3, 100)
+    run_chunk(buf, 0, 0, 16, finished=True)                       # the probe ends at 16
+    run_chunk(buf, 0, 1, 16)                                       # a sibling pauses after 16 tokens ...
+    buf.abort(1)                                                   # ... and its client goes away
+    buf.take(2, 0)
+    buf.on_chunk_done(2, 5, True, "abort")                         # a running one is aborted at its chunk end
+    assert group.finished_lengths == [16] and group.aborted == 2 and group.done and buf.all_finished
+    assert [buf.requests[r].finish_reason for r in (1, 2)] == ["abort", "abort"]
+    buf.check_integrity()
