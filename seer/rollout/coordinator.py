@@ -53,6 +53,9 @@ class RolloutConfig:
     # many more requests than the least loaded one (None: always); else it goes where dispatch puts it, KV moved
     kv_affinity_spread: int | None = 32
     seed: int = 0
+    # processes and Ray actors: a rollout in which no instance makes progress for this long is stalled (an error
+    # with a diagnosis, never a hang)
+    stall_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         get_policy(self.policy)
@@ -62,6 +65,8 @@ class RolloutConfig:
             raise ValueError(f"instances must be >= 1, got {self.instances}")
         if self.chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
+        if self.stall_timeout_s <= 0:
+            raise ValueError(f"stall_timeout_s must be > 0, got {self.stall_timeout_s}")
         if self.kv_affinity_spread is not None and self.kv_affinity_spread < 0:
             raise ValueError(f"kv_affinity_spread must be >= 0 or None, got {self.kv_affinity_spread}")
 

@@ -41,6 +41,40 @@ class RolloutStalled(RuntimeError):
     """No instance can make progress while responses remain (never hang: report instead)."""
 
 
+class StallWatch:
+    """For instances that step on their own (processes, Ray actors): the rollout is stalled when no instance
+    has reported progress (a scheduled token or a chunk end) for ``timeout_s`` of wall time. A worker that
+    stops answering, or one that answers only with empty steps, must end in a diagnosis, never a hang."""
+
+    def __init__(self, timeout_s: float) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"stall timeout must be > 0 s, got {timeout_s}")
+        self.timeout_s = timeout_s
+        self.progress_at = time.monotonic()
+        self.heard_at: dict[int, float] = {}
+
+    def heard(self, iid: int, rep: StepReport) -> None:
+        """A step report arrived from instance ``iid``."""
+        now = time.monotonic()
+        self.heard_at[iid] = now
+        if rep.events or rep.scheduled_tokens:
+            self.progress_at = now
+
+    def left_s(self) -> float:
+        """Seconds until the rollout counts as stalled (at least a little, to wait on)."""
+        return max(0.05, self.timeout_s - (time.monotonic() - self.progress_at))
+
+    def check(self, driver: "RolloutDriver") -> None:
+        now = time.monotonic()
+        if now - self.progress_at <= self.timeout_s:
+            return
+        silent = ", ".join(f"{iid}: {now - self.heard_at[iid]:.0f} s" if iid in self.heard_at else f"{iid}: never"
+                           for iid in sorted(driver.alive))
+        raise RolloutStalled(f"no instance made progress for {now - self.progress_at:.0f} s (stall timeout "
+                             f"{self.timeout_s:g} s; time since each live instance last reported: {silent}); "
+                             + driver._diagnose())
+
+
 @dataclass(frozen=True)
 class GroupInput:
     """One prompt sampled ``size`` times."""
@@ -425,11 +459,8 @@ class RolloutDriver:
                 if not inst.has_work():
                     continue
                 rep = inst.step()
-                if rep.stalled and not rep.scheduled_tokens:
-                    victims = self._evictable(iid)
-                    if victims:
-                        self._evict(iid, victims[0])
-                        rep = merge_stalled(rep, inst.step())
+                if rep.stalled and not rep.scheduled_tokens and self.relieve(iid):
+                    rep = merge_stalled(rep, inst.step())
                 seq += 1
                 heapq.heappush(in_flight, (self.now + rep.duration_s, seq, iid, rep, self.now))
                 busy_ids.add(iid)
@@ -455,6 +486,12 @@ class RolloutDriver:
             self.on_step(iid, start, rep)
             start_idle()
         return self.result()
+
+    def relieve(self, iid: int) -> bool:
+        """An instance's step scheduled nothing though it has work (paused KV fills it): move one paused
+        request's KV to the pool. Returns whether anything moved."""
+        victims = self._evictable(iid)
+        return bool(victims) and self._evict(iid, victims[0])
 
     def _diagnose(self) -> str:
         b = self.buffer

@@ -4,11 +4,13 @@ and in a spill directory on disk beyond it.
 Instances in separate processes move a paused request's KV through it: the instance that evicts writes the
 file, the one that resumes the request reads and deletes it. Files are written under a temporary name and
 renamed, so a reader never sees half an entry. The budget is checked against the memory tier's current size
-on every put (a scan of one directory), so all processes respect it without a shared counter.
+on every put (a scan of one directory) under an exclusive lock on the pool, so processes putting at once cannot
+all see room that only one of them has.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -46,13 +48,15 @@ class FileKVPool(KVPool):
 
     def put(self, request_id: Hashable, payload: Payload, meta: dict[str, Any] | None = None) -> None:
         data = payload.tobytes() if isinstance(payload, np.ndarray) else bytes(payload)
-        self.drop(request_id)
-        to_disk = self._memory_bytes() + len(data) > self.budget_bytes
-        target = self._paths(request_id)[1 if to_disk else 0]
-        tmp = target.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        target.with_suffix(".json").write_text(json.dumps(meta or {}))
-        os.replace(tmp, target)
+        with open(self.memory_dir / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            self.drop(request_id)
+            to_disk = self._memory_bytes() + len(data) > self.budget_bytes
+            target = self._paths(request_id)[1 if to_disk else 0]
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(data)
+            target.with_suffix(".json").write_text(json.dumps(meta or {}))
+            os.replace(tmp, target)
         self.counters["bytes_put"] += len(data)
         if to_disk:
             self.counters["spilled_bytes"] += len(data)
@@ -81,6 +85,14 @@ class FileKVPool(KVPool):
                     p.unlink()
                     found = True
         return found
+
+    def clear(self) -> int:
+        stale = [Path(e.path) for d in (self.memory_dir, self.spill_dir) for e in os.scandir(d)
+                 if e.name.endswith(".kv")]
+        for path in stale:
+            path.unlink(missing_ok=True)
+            path.with_suffix(".json").unlink(missing_ok=True)
+        return len(stale)
 
     def contains(self, request_id: Hashable) -> bool:
         return any(p.exists() for p in self._paths(request_id))

@@ -55,6 +55,7 @@ class InProcessBackend:
     def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
             fault: FaultPlan | None, listener: RolloutListener | None = None) -> RolloutResult:
         specs, server = self._speculators(policy)
+        self.pool.clear()  # request ids restart each rollout: an old entry would pass for a new request's KV
         instances = [EngineInstance(i, e, self.pool, s) for i, (e, s) in enumerate(zip(self.engines, specs))]
         total = sum(g.size for g in groups)
         with tqdm(total=total, disable=not progress, desc=f"rollout[{policy.name}]", unit="resp") as bar:

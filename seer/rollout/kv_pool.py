@@ -86,6 +86,11 @@ class KVPool(ABC):
     def check_integrity(self) -> None: ...
 
     @abstractmethod
+    def clear(self) -> int:
+        """Drop every entry (a new rollout starts: request ids restart, so an entry left by an earlier rollout
+        would pass for a new request's KV); returns how many there were."""
+
+    @abstractmethod
     def close(self) -> None:
         """Drop everything and remove spill files."""
 
@@ -197,6 +202,13 @@ class LocalKVPool(KVPool):
                 self._drop_locked(rid)
             if self._dir is not None:
                 shutil.rmtree(self._dir, ignore_errors=True)
+
+    def clear(self) -> int:
+        with self._lock:
+            stale = list(self._entries)
+            for rid in stale:
+                self._drop_locked(rid)
+            return len(stale)
 
     def check_integrity(self) -> None:
         """Byte tallies match the entries, memory is within budget, every spilled file exists and is whole."""

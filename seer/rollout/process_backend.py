@@ -15,7 +15,7 @@ import signal
 import time
 from multiprocessing.connection import wait
 
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, StallWatch
 from seer.rollout.file_pool import FileKVPool
 from seer.rollout.instance import ChunkStart, InstanceLost
 from seer.rollout.policies import RolloutPolicy
@@ -65,9 +65,9 @@ class WorkerProxy(RemoteInstanceProxy):
         self.conn = conn
         self.inbox: list[tuple] = []
 
-    def send_start(self, chunk: ChunkStart) -> None:
+    def send_start(self, chunk: ChunkStart, number: int) -> None:
         try:
-            self.conn.send(("start", chunk))
+            self.conn.send(("start", chunk, number))
         except (BrokenPipeError, OSError) as err:
             raise InstanceLost(self.instance_id) from err
 
@@ -187,6 +187,9 @@ class ProcessBackend:
 
         self._spawn(policy)
         proxies = dict(self.proxies)
+        for p in proxies.values():
+            p.conn.send(("begin",))
+        self.pool.clear()  # request ids restart each rollout: an old entry would pass for a new request's KV
         bar = tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
                    unit="resp")
         driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens,
@@ -199,24 +202,22 @@ class ProcessBackend:
         t0 = time.time()
         driver.begin()
         killed = False
-        last_event = time.time()
+        watch = StallWatch(self.config.stall_timeout_s)
         try:
             while not driver.done:
                 if fault is not None and not killed and time.time() - t0 >= fault.at_s:
                     os.kill(proxies[fault.instance_id].proc.pid, signal.SIGKILL)
                     proxies[fault.instance_id].proc.join(10)  # an injected fault is noticed at once
                     killed = True
-                msgs = self._collect(proxies, timeout=0.5)
+                msgs = self._collect(proxies, timeout=min(0.5, watch.left_s()))
                 for iid, msg in msgs:
-                    last_event = time.time()
-                    self._on_message(driver, proxies, iid, msg, t0, policy)
+                    self._on_message(driver, proxies, iid, msg, t0, policy, watch)
                 for iid, p in list(proxies.items()):
                     if iid in driver.alive and not p.proc.is_alive():
                         driver.now = time.time() - t0
                         driver.on_instance_lost(iid)
                 bar.update(driver.buffer.num_finished - bar.n)
-                if time.time() - last_event > 120 and not any(p.has_work() for p in proxies.values()):
-                    raise RolloutStalled(driver._diagnose())
+                watch.check(driver)
         finally:
             bar.close()
         for p in proxies.values():
@@ -242,7 +243,8 @@ class ProcessBackend:
                 continue
         return out
 
-    def _on_message(self, driver: RolloutDriver, proxies, iid: int, msg: tuple, t0: float, policy) -> None:
+    def _on_message(self, driver: RolloutDriver, proxies, iid: int, msg: tuple, t0: float, policy,
+                    watch: StallWatch) -> None:
         if msg[0] == "error":
             raise RuntimeError(f"instance {iid} failed:\n{msg[1]}")
         if msg[0] != "step" or iid not in driver.alive:
@@ -256,7 +258,10 @@ class ProcessBackend:
                 if other != iid and other in driver.alive:
                     p.conn.send(("feed", updates))
         rep.duration_s = end - start
+        watch.heard(iid, rep)
         driver.on_step(iid, start - t0, rep)
+        if rep.stalled and not rep.scheduled_tokens:
+            driver.relieve(iid)
 
     def close_workers(self) -> None:
         for p in self.proxies.values():

@@ -1,9 +1,10 @@
 """The body of one instance process: an engine instance driven by messages from the coordinator.
 
-Protocol (tuples over a ``multiprocessing`` pipe). Coordinator -> worker: ``("start", ChunkStart)``,
+Protocol (tuples over a ``multiprocessing`` pipe). Coordinator -> worker: ``("start", ChunkStart, number)``,
 ``("evict", rid)`` (answered with ``("evicted", rid, bytes)``), ``("release", rid)``, ``("feed", updates)``
 (sibling tokens generated on other instances, for the local draft-server replica), ``("finish_group", gid)``,
-``("register", [(gid, prompt)])``, ``("update_weights", source, version)`` (answered with ``("weights", version)``), ``("stop",)``.
+``("register", [(gid, prompt)])``, ``("update_weights", source, version)`` (answered with ``("weights", version)``),
+``("begin",)`` (a rollout starts: per-rollout counters restart), ``("stop",)``.
 Worker -> coordinator: ``("ready", snapshot)`` once, then ``("step", start_wall, end_wall, StepReport,
 snapshot)`` after every step. The worker steps whenever it has work and blocks on the pipe when idle.
 """
@@ -31,7 +32,8 @@ def snapshot(inst) -> dict:
     return {"free_blocks": st.free_blocks, "running": st.running, "max_running": st.max_running,
             "total_blocks": st.total_blocks, "block_size": st.block_size,
             "resident": {rid: inst.resident_blocks(rid) for rid in inst.resident()},
-            "has_work": inst.has_work(), "weight_version": inst.weight_version, "stats": inst.stats()}
+            "has_work": inst.has_work(), "weight_version": inst.weight_version, "stats": inst.stats(),
+            "handled": getattr(inst, "handled_starts", 0)}
 
 
 def _build(spec: WorkerSpec):
@@ -51,8 +53,8 @@ def _build(spec: WorkerSpec):
         if spec.spec.adaptive and spec.cost_profile is not None:
             policy = SpecPolicy(VerifyCostModel.from_profile(spec.cost_profile),
                                 PolicyConfig(gamma_max=spec.spec.gamma_max))
-        cfg = spec.spec if policy is not None else type(spec.spec)(**{**spec.spec.__dict__, "adaptive": False})
-        speculator = Speculator(DraftServer(), policy, cfg)
+        # adaptive without a profile is an error (Speculator raises), never a silent switch to gamma_max drafts
+        speculator = Speculator(DraftServer(), policy, spec.spec)
     return EngineInstance(spec.instance_id, engine, pool, speculator)
 
 
@@ -60,6 +62,9 @@ def _handle(inst, conn, msg) -> bool:
     kind = msg[0]
     if kind == "start":
         inst.start(msg[1])
+        inst.handled_starts = msg[2]
+    elif kind == "begin":
+        inst.begin_rollout()
     elif kind == "evict":
         conn.send(("evicted", msg[1], inst.evict(msg[1])))
     elif kind == "release":

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled
+from seer.rollout.driver import (FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled,
+                                 StallWatch)
 from seer.rollout.instance import ChunkStart, InstanceLost
 from seer.rollout.kv_pool import KVPool, PoolStats
 from seer.rollout.policies import RolloutPolicy
@@ -44,6 +45,11 @@ class HandoffPool(KVPool):
     def drop(self, request_id) -> bool:
         return self.entries.pop(request_id, None) is not None
 
+    def clear(self) -> int:
+        n = len(self.entries)
+        self.entries.clear()
+        return n
+
     def contains(self, request_id) -> bool:
         return request_id in self.entries
 
@@ -71,10 +77,14 @@ class InstanceActor:
     def snapshot(self) -> dict:
         return snapshot(self.inst)
 
-    def start(self, chunk: ChunkStart, kv=None) -> None:
+    def start(self, chunk: ChunkStart, number: int, kv=None) -> None:
         if kv is not None:
             self.inst.pool.put(chunk.spec.request_id, kv[0], kv[1])
         self.inst.start(chunk)
+        self.inst.handled_starts = number
+
+    def begin(self) -> None:
+        self.inst.begin_rollout()
 
     def step(self):
         if not self.inst.has_work():
@@ -120,8 +130,8 @@ class ActorProxy(RemoteInstanceProxy):
         self.actor = actor
         self.handoff_source = handoff  # request id -> object ref of its evicted KV, shared by all proxies
 
-    def send_start(self, chunk: ChunkStart) -> None:
-        self.actor.start.remote(chunk, self.handoff_source.pop(chunk.spec.request_id, None))
+    def send_start(self, chunk: ChunkStart, number: int) -> None:
+        self.actor.start.remote(chunk, number, self.handoff_source.pop(chunk.spec.request_id, None))
 
     def evict(self, request_id: int) -> int:
         import ray
@@ -163,6 +173,7 @@ class RayBackend:
         self._profile: dict | None = None  # step_profile()
         self.cpus_per_actor = float(os.environ.get("SEER_RAY_CPUS_PER_ACTOR", "0.5"))
         self.proxies: dict[int, ActorProxy] = {}
+        self.handoff: dict[int, object] = {}  # request id -> object ref of its evicted KV (the pool between actors)
         self._key: object = "unset"
 
     def _spawn(self, policy: RolloutPolicy) -> None:
@@ -175,7 +186,7 @@ class RayBackend:
         if spec is not None and spec.adaptive:
             profile = step_profile(self)
         actor_cls = ray.remote(num_cpus=self.cpus_per_actor)(InstanceActor)
-        handoff: dict[int, object] = {}
+        handoff = self.handoff
         for iid in range(self.config.instances):
             ws = WorkerSpec(iid, self.model, self.engine_kwargs, ("", "", 0), spec, profile)
             actor = actor_cls.remote(ws)
@@ -213,6 +224,8 @@ class RayBackend:
         ray = self.ray
         self._spawn(policy)
         proxies = dict(self.proxies)
+        ray.get([p.actor.begin.remote() for p in proxies.values()], timeout=CALL_TIMEOUT_S)
+        self.handoff.clear()  # request ids restart each rollout: an old entry would pass for a new request's KV
         driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens,
                                **self.config.driver_kwargs(policy, critical_cost(self, policy)),
                                draft_server=_ActorDrafts(proxies) if policy.speculative else None, listener=listener)
@@ -225,6 +238,7 @@ class RayBackend:
         driver.begin()
         in_flight: dict[object, int] = {}
         killed = False
+        watch = StallWatch(self.config.stall_timeout_s)
         try:
             while not driver.done:
                 if fault is not None and not killed and time.time() - t0 >= fault.at_s:
@@ -235,9 +249,10 @@ class RayBackend:
                         in_flight[proxies[iid].actor.step.remote()] = iid
                 if not in_flight:
                     raise RolloutStalled(driver._diagnose())
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=CALL_TIMEOUT_S)
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=watch.left_s())
                 if not ready:
-                    raise RolloutStalled("no instance answered within the call timeout")
+                    watch.check(driver)
+                    continue
                 ref = ready[0]
                 iid = in_flight.pop(ref)
                 try:
@@ -257,13 +272,18 @@ class RayBackend:
                     for other in driver.alive - {iid}:
                         proxies[other].actor.feed.remote(updates)
                 rep.duration_s = end - start
+                watch.heard(iid, rep)
                 driver.on_step(iid, start - t0, rep)
+                if rep.stalled and not rep.scheduled_tokens:
+                    driver.relieve(iid)
                 bar.update(driver.buffer.num_finished - bar.n)
+                watch.check(driver)
         finally:
             bar.close()
         for p in proxies.values():
             for rid in p.resident():
                 p.release(rid)
+        self.handoff.clear()  # KV of aborted requests, parked between actors
         return driver.result()
 
     def close_actors(self) -> None:

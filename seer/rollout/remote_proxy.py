@@ -1,13 +1,16 @@
 """The coordinator's view of an instance that runs elsewhere (a process or a Ray actor).
 
 Such an instance steps on its own and reports a snapshot (free blocks, running count, resident KV) with every
-step; between reports the proxy adds what it has sent since (reserved blocks, queued chunks), so the dispatcher
-never over-admits on a stale view. Subclasses only say how messages travel.
+step. A snapshot can predate chunk starts sent meanwhile: a worker handles messages only between steps, so a
+step's report omits the starts that arrived during it. Starts are therefore numbered, a snapshot says the last
+one its instance had handled (``handled``), and the proxy adds the blocks and slots of every start after that,
+so the dispatcher never over-admits on a stale view. Subclasses only say how messages travel.
 """
 
 from __future__ import annotations
 
 import abc
+from collections import deque
 
 from seer.rollout.instance import ChunkStart, Instance, StepReport
 from seer.rollout.types import InstanceState
@@ -17,28 +20,36 @@ class RemoteInstanceProxy(Instance):
     def __init__(self, iid: int, snap: dict) -> None:
         self.instance_id = iid
         self.snap = snap
-        self.pending_blocks = 0
-        self.pending_running = 0
+        self.sent = snap.get("handled", 0)  # number of the last chunk start sent
+        self.unseen: deque[tuple[int, int]] = deque()  # (number, blocks) of starts the snapshot may not include
 
     def refresh(self, snap: dict) -> None:
-        self.snap, self.pending_blocks, self.pending_running = snap, 0, 0
+        """A newer snapshot: the starts it has handled are in it; later ones stay pending."""
+        handled = snap.get("handled", 0)
+        while self.unseen and self.unseen[0][0] <= handled:
+            self.unseen.popleft()
+        self.snap = snap
+
+    @property
+    def pending_blocks(self) -> int:
+        return sum(blocks for _, blocks in self.unseen)
 
     def state(self) -> InstanceState:
         s = self.snap
         return InstanceState(self.instance_id, max(0, s["free_blocks"] - self.pending_blocks), s["block_size"],
-                             running=s["running"] + self.pending_running, max_running=s["max_running"],
+                             running=s["running"] + len(self.unseen), max_running=s["max_running"],
                              total_blocks=s["total_blocks"])
 
     def start(self, chunk: ChunkStart) -> None:
-        self.pending_blocks += chunk.assignment.blocks_reserved
-        self.pending_running += 1
+        self.sent += 1
+        self.unseen.append((self.sent, chunk.assignment.blocks_reserved))
         self.snap["has_work"] = True
         self.snap["resident"].pop(chunk.spec.request_id, None)
-        self.send_start(chunk)
+        self.send_start(chunk, self.sent)
 
     @abc.abstractmethod
-    def send_start(self, chunk: ChunkStart) -> None:
-        """Deliver a chunk start to the remote instance."""
+    def send_start(self, chunk: ChunkStart, number: int) -> None:
+        """Deliver chunk start number ``number`` to the remote instance, which reports it as ``handled``."""
 
     def step(self) -> StepReport:
         raise NotImplementedError("remote instances step on their own")

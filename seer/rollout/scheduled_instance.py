@@ -49,11 +49,15 @@ class ScheduledInstance(Instance):
         self.speculator = speculator
         self.eos_token_ids = eos_token_ids
         self.chunk_base: dict[str, int] = {}   # output tokens at the start of the current chunk
-        self.counters = {"kv_bytes_loaded": 0, "kv_bytes_saved": 0, "chunks": 0}
         self._pending_kv_s = 0.0                 # KV moved since the last step, charged to the next one
-        self._base = dataclasses.replace(scheduler.stats)  # an engine outlives rollouts: report deltas
-        self._preempt_seen = scheduler.stats.preemptions
-        self._base_reasons = Counter(scheduler.reprefill_reasons)
+        self.begin_rollout()
+
+    def begin_rollout(self) -> None:
+        """Counters restart: an engine, and a remote instance, outlive rollouts, and stats are per rollout."""
+        self.counters = {"kv_bytes_loaded": 0, "kv_bytes_saved": 0, "chunks": 0}
+        self._base = dataclasses.replace(self.scheduler.stats)
+        self._preempt_seen = self.scheduler.stats.preemptions
+        self._base_reasons = Counter(self.scheduler.reprefill_reasons)
 
     # ------------------------------------------------------------------ hooks for subclasses
     @abc.abstractmethod

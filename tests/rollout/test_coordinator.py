@@ -1,11 +1,17 @@
 """The rollout coordinator on the real engine (tiny random model): every policy returns exactly G responses
 with the same greedy tokens, migrations cost no re-prefill, weights never mix, instance failure loses nothing."""
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 import torch
 
 from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
-from seer.rollout.driver import FaultPlan, GroupInput
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutStalled
+from seer.rollout.process_worker import WorkerSpec, _build
 from seer.sampling_params import SamplingParams
 from seer.engine.speculator import SpecConfig
 from tests.models.helpers import make_tiny_model_dir
@@ -116,6 +122,30 @@ def test_process_backend_survives_a_killed_instance(tiny, reference):
     assert res.stats.get("failed_instances") == 1
     assert [len(v) for v in res.groups().values()] == [4] * 4
     assert [r.token_ids for r in res.responses] == reference
+
+
+def test_a_worker_without_a_step_profile_refuses_adaptive_drafting(tiny):
+    cfg = RolloutConfig(dtype="float32", num_kv_blocks=16)
+    ws = WorkerSpec(0, tiny, cfg.engine_kwargs(), ("", "", 0), SpecConfig(adaptive=True), None)
+    with pytest.raises(ValueError, match="adaptive speculation needs"):
+        _build(ws)
+
+
+def test_process_backend_reports_a_worker_that_stops_answering(tiny):
+    with coordinator(tiny, backend="local", stall_timeout_s=3.0) as c:
+        c.rollout(groups(n=1, g=2, max_tokens=4), policy="divided", progress=False)  # workers are up
+        frozen = c.backend.proxies[1].proc
+        timer = threading.Timer(0.3, os.kill, (frozen.pid, signal.SIGSTOP))
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(RolloutStalled, match="no instance made progress") as err:
+                c.rollout(groups(n=4, g=4, max_tokens=200), policy="divided", progress=False)
+        finally:
+            timer.cancel()
+            os.kill(frozen.pid, signal.SIGKILL)
+        assert time.monotonic() - t0 < 60
+        assert "1: " in str(err.value)  # the diagnosis says how long each instance has been silent
 
 
 @pytest.mark.slow

@@ -145,6 +145,20 @@ def test_an_instance_found_dead_at_a_chunk_start_loses_nothing():
     assert [r.token_ids for r in res.responses] == [r.token_ids for r in ref.responses]
 
 
+def test_stats_are_per_rollout_on_instances_that_outlive_it():
+    FakeInstance.shared_pool = {}
+    insts = [FakeInstance(i, num_blocks=30) for i in range(2)]
+    stats = []
+    for _ in range(2):
+        for inst in insts:
+            inst.begin_rollout()
+        res = RolloutDriver(get_policy("verl"), insts, groups(), chunk_tokens=8).run()
+        stats.append(res.stats["instances"])
+    assert stats[0][0]["preemptions"] > 0 and stats[0][0]["output_tokens"] > 0
+    for key in ("output_tokens", "chunks"):  # the same rollout again: the same counts, not twice them
+        assert [s[key] for s in stats[1].values()] == [s[key] for s in stats[0].values()]
+
+
 def test_chunk_that_fits_nowhere_is_an_error_not_a_hang():
     with pytest.raises((RolloutStalled, ValueError)):
         run("divided", num_blocks=3)

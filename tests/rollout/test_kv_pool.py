@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from seer.rollout.file_pool import FileKVPool
 from seer.rollout.kv_pool import KVPool, KVPoolFullError, LocalKVPool
 
 
@@ -126,3 +127,20 @@ def test_concurrent_use_from_threads(tmp_path: Path) -> None:
     pool.check_integrity()
     pool.close()
     assert pool.stats().entries == 0
+
+
+@pytest.mark.parametrize("kind", ["local", "file"])
+def test_clear_drops_every_entry_in_memory_and_on_disk(tmp_path: Path, kind: str) -> None:
+    if kind == "local":
+        pool: LocalKVPool | FileKVPool = LocalKVPool(budget_bytes=100, spill_dir=tmp_path)
+    else:
+        pool = FileKVPool(tmp_path / "mem", tmp_path / "disk", budget_bytes=100)
+    for rid in range(3):  # 60 B each: the second and third spill
+        pool.put(rid, payload(rid), {"tokens": rid})
+    assert pool.stats().entries == 3 and pool.stats().bytes_on_disk > 0
+    assert pool.clear() == 3
+    assert pool.stats().entries == 0 and not any(pool.contains(r) for r in range(3))
+    pool.check_integrity()
+    pool.put(0, payload(9))  # still usable
+    assert bytes(pool.get(0)[0]) == payload(9)
+    pool.close()
