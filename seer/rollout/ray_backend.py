@@ -4,8 +4,10 @@ Each actor owns one engine instance (the same ``EngineInstance`` as the other ba
 ``step`` call; the coordinator keeps one step call in flight per actor with work and reacts to whichever
 finishes first (``ray.wait``), so instances on different machines run in parallel. Between actors, KV moves
 through the Ray object store: evicting returns the KV as an object, and the actor that resumes the request
-receives the object reference with the chunk. Every ``ray.get`` has a timeout, so a lost actor is reported
-and its requests continue elsewhere instead of hanging the rollout.
+receives the object reference with the chunk. Actors are spread over the cluster's nodes (``SPREAD``) and each
+reports its node id, which the rollout's per-instance stats carry. Every ``ray.get`` has a timeout and a
+``StallWatch`` ends a rollout in which no actor makes progress, so a lost or silent actor is reported (its
+requests continue elsewhere) instead of hanging the rollout.
 """
 
 from __future__ import annotations
@@ -75,7 +77,9 @@ class InstanceActor:
         self.inst.pool = HandoffPool()
 
     def snapshot(self) -> dict:
-        return snapshot(self.inst)
+        import ray
+
+        return dict(snapshot(self.inst), node=ray.get_runtime_context().get_node_id())
 
     def start(self, chunk: ChunkStart, number: int, kv=None) -> None:
         if kv is not None:
@@ -92,7 +96,7 @@ class InstanceActor:
         t0 = time.time()
         rep = self.inst.step()
         # the KV this actor moved since its last step (evict and start calls) is part of its busy time
-        return t0 - rep.kv_s, time.time(), rep, snapshot(self.inst)
+        return t0 - rep.kv_s, time.time(), rep, self.snapshot()
 
     def evict(self, request_id: int):
         nbytes = self.inst.evict(request_id)
@@ -149,6 +153,9 @@ class ActorProxy(RemoteInstanceProxy):
         self.forget_resident(request_id)
         self.actor.release.remote(request_id)
 
+    def stats(self) -> dict:
+        return dict(super().stats(), node=self.snap.get("node"))  # the Ray node the instance runs on
+
 
 class RayBackend:
     def __init__(self, model: str, config, pool) -> None:
@@ -185,7 +192,8 @@ class RayBackend:
         profile = None
         if spec is not None and spec.adaptive:
             profile = step_profile(self)
-        actor_cls = ray.remote(num_cpus=self.cpus_per_actor)(InstanceActor)
+        # SPREAD: instances go to different nodes where the cluster has several, so a rollout uses them all
+        actor_cls = ray.remote(num_cpus=self.cpus_per_actor, scheduling_strategy="SPREAD")(InstanceActor)
         handoff = self.handoff
         for iid in range(self.config.instances):
             ws = WorkerSpec(iid, self.model, self.engine_kwargs, ("", "", 0), spec, profile)

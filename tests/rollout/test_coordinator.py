@@ -166,6 +166,28 @@ def test_ray_backend_matches_inprocess(tiny, reference, monkeypatch):
         ray.shutdown()
 
 
+@pytest.mark.slow
+def test_ray_instances_on_two_nodes_move_kv_through_the_object_store(tiny, reference, monkeypatch):
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only; must precede the import
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": 1, "node_ip_address": "127.0.0.1"}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    cluster.add_node(**node)
+    ray.init(address=cluster.address)
+    try:
+        with coordinator(tiny, backend="ray", num_kv_blocks=30) as c:
+            res = c.rollout(groups(), policy="divided", progress=False).result
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert len({st["node"] for st in res.stats["instances"].values()}) == 2  # one instance per node
+    assert any(len(set(r.instance_history)) > 1 for r in res.responses)      # requests changed node ...
+    assert res.metrics.reprefill_tokens == 0 and res.metrics.reprefill_reasons == {}  # ... with their KV
+    assert [r.token_ids for r in res.responses] == reference
+
+
 def test_more_instances_than_the_machine_holds(tiny):
     with pytest.raises(ValueError, match="instances need about"):
         RolloutCoordinator(tiny, RolloutConfig(instances=64, kv_cache_gb=8.0))
