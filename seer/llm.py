@@ -40,7 +40,7 @@ def make_speculator(engine: LLMEngine, config: SpecConfig) -> Speculator:
 
 
 class LLM:
-    def __init__(self, model: str | Path, dtype: str = "bfloat16", device: str = "cpu",
+    def __init__(self, model: str | Path, dtype: str = "auto", device: str = "cpu",
                  speculative: SpecConfig | None = None, **engine_kwargs) -> None:
         """``speculative``: a ``SpecConfig`` turns on grouped speculative decoding (drafts from sibling
         responses of the same prompt, adaptive draft length from a verify-cost profile of this machine)."""

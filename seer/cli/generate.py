@@ -27,7 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
+                        "AMX), else float32; or float32, bfloat16, float16")
     p.add_argument("--device", default="cpu")
     p.add_argument("--kv-cache-gb", type=float, default=4.0)
     p.add_argument("--max-num-seqs", type=int, default=256)

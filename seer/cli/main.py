@@ -23,7 +23,10 @@ VERBS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from seer import __version__
+
     parser = argparse.ArgumentParser(prog="seer", description="Fast synchronous RL rollouts.")
+    parser.add_argument("--version", action="version", version=f"seer {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True)
     for name, module in VERBS.items():
         try:

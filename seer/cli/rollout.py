@@ -40,7 +40,9 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache-gb", type=float, default=1.0)
     p.add_argument("--num-kv-blocks", type=int, default=None)
     p.add_argument("--threads", type=int, default=None, help="torch threads per instance")
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
+                        "AMX), else float32; or float32, bfloat16, float16")
     p.add_argument("--fail-instance", type=int, default=None)
     p.add_argument("--fail-after-s", type=float, default=None)
 

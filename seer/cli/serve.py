@@ -35,7 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-window-ms", type=float, default=20.0,
                    help="a batch closes after this long without a new request")
     p.add_argument("--batch-max-wait-ms", type=float, default=500.0, help="... or this long after its first one")
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
+                        "AMX), else float32; or float32, bfloat16, float16")
     p.add_argument("--device", default="cpu")
     p.add_argument("--kv-cache-gb", type=float, default=1.0, help="KV cache per instance")
     p.add_argument("--num-kv-blocks", type=int, default=None)

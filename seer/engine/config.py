@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from seer.utils.machine import auto_dtype
+
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
 
@@ -19,7 +21,7 @@ class EngineConfig:
     """
 
     model: str
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # "auto": the faster of bf16 and fp32 on this device (seer.utils.machine.auto_dtype)
     device: str = "cpu"
     block_size: int = 16
     num_kv_blocks: int | None = None
@@ -32,8 +34,10 @@ class EngineConfig:
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
+        if self.dtype == "auto":
+            object.__setattr__(self, "dtype", auto_dtype(self.device))
         if self.dtype not in _DTYPES:
-            raise ValueError(f"unsupported dtype {self.dtype!r}; choose one of {sorted(_DTYPES)}")
+            raise ValueError(f"unsupported dtype {self.dtype!r}; choose auto or one of {sorted(_DTYPES)}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"unsupported device {self.device!r}; use 'cpu' or 'cuda[:N]'")
         if self.block_size < 1 or (self.num_kv_blocks is not None and self.num_kv_blocks < 1):

@@ -151,7 +151,7 @@ class RolloutSettings:
     instances: int = 2
     backend: str = "inprocess"
     chunk_tokens: int = 128
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     block_size: int = 16
     kv_cache_gb: float = 1.0
     num_kv_blocks: int | None = None

@@ -27,6 +27,7 @@ from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutLis
 from seer.rollout.kv_pool import LocalKVPool
 from seer.rollout.policies import RolloutPolicy, get_policy
 from seer.spec.policy import VerifyCostModel
+from seer.utils.machine import auto_dtype
 
 BACKENDS = ("inprocess", "local", "ray")
 
@@ -37,7 +38,7 @@ class RolloutConfig:
     instances: int = 2
     backend: str = "inprocess"
     chunk_tokens: int = 128
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # the faster of bf16 and fp32 here (seer.utils.machine.auto_dtype)
     device: str = "cpu"
     block_size: int = 16
     kv_cache_gb: float = 1.0
@@ -58,6 +59,8 @@ class RolloutConfig:
     stall_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
+        if self.dtype == "auto":
+            object.__setattr__(self, "dtype", auto_dtype(self.device))
         get_policy(self.policy)
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")

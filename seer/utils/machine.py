@@ -30,6 +30,17 @@ def cpu_info() -> dict:
             "cpus": os.cpu_count(), "usable_cpus": usable}
 
 
+def native_bf16() -> bool:
+    """Whether this CPU computes bf16 dot products in hardware (AVX512_BF16 or AMX on x86, BF16 on Arm)."""
+    return bool({"avx512_bf16", "amx_bf16", "bf16"} & set(cpu_info()["features"]))
+
+
+def auto_dtype(device: str = "cpu") -> str:
+    """The faster engine dtype here: bf16 on an accelerator or a CPU that computes it natively, else fp32 (a CPU
+    without native bf16 emulates it, and fp32 is then the faster of the two)."""
+    return "bfloat16" if device.startswith("cuda") or native_bf16() else "float32"
+
+
 def machine_info(dtype: str | None = None) -> dict:
     """``cpu_info`` plus the Python and torch versions and, if given, the dtype the run used."""
     torch = sys.modules.get("torch")
