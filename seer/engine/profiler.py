@@ -8,6 +8,10 @@ Every batch size up to 64 that the KV cache can hold is measured, with a shorter
 not fit: a rollout's instance may run 30-60 sequences in a small KV budget, and a table that stopped at batch 4
 was extrapolated there into nonsense (verification looked free). Timings are noisy on a shared machine, so the
 table is made monotone (a step never gets cheaper with more sequences or more tokens each).
+
+The sequences of one batch share their prompt, as a group's siblings do, so it is computed once: prefilling a
+separate prompt per sequence cost more than all the measured steps together. The first run says what it does
+and shows its progress; later runs read the cache.
 """
 
 from __future__ import annotations
@@ -17,19 +21,23 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from seer.engine.llm_engine import LLMEngine
 from seer.models.attn_kernel import kernel_available, source_digest
 from seer.sampling_params import SamplingParams
 from seer.spec.policy import VerifyCostModel
+from seer.utils.machine import cpu_info
 
 BATCH_SIZES = (1, 4, 16, 32, 64)
 TOKENS_PER_SEQ = (1, 2, 3, 5, 9)
 MIN_CONTEXT = 16  # shortest context worth measuring
 GROWTH = 48  # KV tokens a measured sequence may grow by (its outputs plus the largest verify step)
+PROFILE_METHOD = 2  # in the cache key: profiles measured another way are measured again
 
 
 def _kernel_source_hash() -> str | None:
@@ -62,18 +70,21 @@ def _cache_path(engine: LLMEngine, plan: list[tuple[int, int]], cache_dir: Path)
     # the code paths a step takes (packed linears, attention kernel) change its cost, so they are in the key
     paths = sorted({type(m).__name__ for m in engine.model.modules()})
     key = json.dumps([str(Path(cfg.model).resolve()), cfg.dtype, cfg.device, torch.get_num_threads(), plan,
-                      TOKENS_PER_SEQ, paths, _kernel_source_hash()])
+                      TOKENS_PER_SEQ, paths, _kernel_source_hash(), cpu_info()["features"], PROFILE_METHOD])
     return cache_dir / f"verify-cost-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
-def _measure_batch(engine: LLMEngine, batch: int, context: int, repeats: int, rng: random.Random) -> list[float]:
+def _measure_batch(engine: LLMEngine, batch: int, context: int, repeats: int, rng: random.Random,
+                   tick: Callable[[], None] = lambda: None) -> list[float]:
     vocab = engine.model_config.vocab_size
     forced = [rng.randrange(vocab) for _ in range(GROWTH)]
-    reqs = [engine.add_request([rng.randrange(vocab) for _ in range(context)],
-                               SamplingParams(temperature=0.0, max_tokens=len(forced)), forced_token_ids=forced)
-            for _ in range(batch)]
-    while any(r.num_output_tokens == 0 for r in reqs):
-        engine.step()
+    prompt = [rng.randrange(vocab) for _ in range(context)]
+    params = SamplingParams(temperature=0.0, max_tokens=len(forced))
+    reqs = [engine.add_request(prompt, params, forced_token_ids=forced)]
+    for size in (1, batch):  # the first sequence computes the prompt, the others then find it cached
+        reqs += [engine.add_request(prompt, params, forced_token_ids=forced) for _ in range(size - len(reqs))]
+        while any(r.num_output_tokens == 0 for r in reqs):
+            engine.step()
     row: list[float] = []
     for n in TOKENS_PER_SEQ:
         times = []
@@ -84,13 +95,14 @@ def _measure_batch(engine: LLMEngine, batch: int, context: int, repeats: int, rn
             engine.step()
             times.append(time.perf_counter() - t0)
         row.append(statistics.median(times))
+        tick()
     for r in reqs:
         engine.abort(r.request_id)
     return row
 
 
-def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 5,
-                        cache_dir: Path | None = None) -> VerifyCostModel:
+def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 3,
+                        cache_dir: Path | None = None, progress: bool = True) -> VerifyCostModel:
     """Measure (or load from the cache) the verify cost table of this engine."""
     if engine.has_unfinished():
         raise RuntimeError("profile the verify cost on an idle engine")
@@ -103,10 +115,15 @@ def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 5,
         return VerifyCostModel.from_profile(json.loads(path.read_text()))
     saved, engine.speculator = engine.speculator, None
     rng = random.Random(0)
+    where = f", cached in {path.parent}" if path is not None else ""
+    bar = tqdm(total=len(plan) * len(TOKENS_PER_SEQ), disable=not progress, unit="point",
+               desc=f"profiling step cost at batch {'/'.join(str(b) for b, _ in plan)} (once per model, dtype, "
+                    f"threads and CPU{where})")
     try:
         _measure_batch(engine, *plan[0], 1, rng)  # warm-up
-        table = [_measure_batch(engine, b, ctx, repeats, rng) for b, ctx in plan]
+        table = [_measure_batch(engine, b, ctx, repeats, rng, lambda: bar.update(1)) for b, ctx in plan]
     finally:
+        bar.close()
         engine.speculator = saved
     model = VerifyCostModel([b for b, _ in plan], TOKENS_PER_SEQ, monotone(table))
     if path is not None:

@@ -26,6 +26,10 @@ def test_profile_measures_batches_beyond_the_full_context_fit(tiny_llama, tmp_pa
     engine = LLMEngine(EngineConfig(model=str(tiny_llama), dtype="float32", num_kv_blocks=136, block_size=16))
     cost = profile_verify_cost(engine, repeats=1, cache_dir=tmp_path)
     assert cost.batch_sizes == [1.0, 4.0, 16.0, 32.0]
+    # a batch's sequences share one prompt: computed once, plus the block of its last token for each other one
+    plan = profile_plan(136, 16, 256, 128)
+    shared = sum(ctx + (b - 1) * 16 for b, ctx in plan) + plan[0][1]  # (the warm-up is the first batch again)
+    assert engine.stats.prompt_tokens_computed == shared < sum(b * ctx for b, ctx in plan)
     assert all(a <= b for row in cost.times_s for a, b in zip(row, row[1:]))
     assert all(a <= b for col in zip(*cost.times_s) for a, b in zip(col, col[1:]))
     assert not engine.has_unfinished() and engine.block_manager.num_free_blocks == 136
