@@ -20,11 +20,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# veRL's rollout and Seer's on the same groups (the first 16 of a bundled token-id trace, lengths x0.25), two
+# instance processes: a side-by-side table, runs/demo/report.json and report.png (timelines, finish-time CDFs)
 demo: install
 	$(VENV)/bin/seer models prepare smollm2-135m-instruct
-	$(VENV)/bin/seer rollout --prompts data/gsm8k_test.jsonl --limit 8 --group-size 8 --instances 2 \
-		--backend local --policy seer --temperature 0.7 --max-tokens 256 --chunk-tokens 64 --seed 0 \
-		--out runs/demo/rollouts.jsonl --json runs/demo/report.json
+	$(VENV)/bin/seer bench rollout --trace data/math_cot_groups.jsonl --limit 16 --length-scale 0.25 \
+		--instances 2 --backend local --chunk-tokens 32 --policies verl,seer --json runs/demo/report.json
 
 test: install
 	$(PY) -m pytest tests

@@ -106,6 +106,24 @@ def run_peer(args: argparse.Namespace, groups, model: Path, kv_tokens: int) -> t
     return row, None
 
 
+def summary_table(reports: dict[str, dict], bound_s: float | None) -> str:
+    """The policies side by side, as a fixed-width table (throughput relative to verl where it ran)."""
+    base = reports.get("verl", {}).get("throughput_tok_s")
+    head = f"{'policy':<16}{'makespan s':>11}{'tok/s':>8}{'vs verl':>8}{'tail s':>8}{'p90 s':>8}" \
+           f"{'preempt':>8}{'tau':>6}{'/ bound':>8}"
+    lines = [head, "-" * len(head)]
+    for name, row in reports.items():
+        tau = (row.get("spec") or {}).get("tau")
+        ratio = f"{row['throughput_tok_s'] / base:.2f}x" if base else "-"
+        over = f"{row['makespan_s'] / bound_s:.2f}" if bound_s else "-"
+        lines.append(f"{name:<16}{row['makespan_s']:>11.1f}{row['throughput_tok_s']:>8.0f}{ratio:>8}"
+                     f"{row['tail_s']:>8.1f}{row['p90_s']:>8.1f}{row['preemptions']:>8}"
+                     f"{(f'{tau:.2f}' if tau else '-'):>6}{over:>8}")
+    if bound_s:
+        lines.append(f"bound (no policy can beat it): {bound_s:.1f} s")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     from seer.rollout.metrics import compare, reference_ratios
     from seer.rollout.plots import plot_rollout
@@ -157,10 +175,11 @@ def run(args: argparse.Namespace) -> int:
     report["setup"] = {"trace": args.trace, "groups": len(groups), "responses": sum(g.size for g in groups),
                        "instances": args.instances, "backend": args.backend, "chunk_tokens": args.chunk_tokens,
                        "length_scale": args.length_scale, "max_len": args.max_len, "kv_budget": budget,
-                       "peer": args.peer, "machine": machine_info(args.dtype)}
+                       "peer": args.peer, "machine": machine_info(cfg.dtype)}
     if errors:
         report["errors"] = errors
     print(json.dumps({k: report[k] for k in report if k != "policies"}, indent=1))
+    print(summary_table(reports, bound["bound_s"] if bound else None))
     if args.json:
         write_json(args.json, report)
         plot_rollout(results, Path(args.json).with_suffix(".png"), f"rollout policies on {Path(args.trace).name}",

@@ -237,3 +237,16 @@ def test_scheduler_probe_counts_preemptions_and_recomputed_tokens(monkeypatch: p
     assert sched.requests["a"].num_computed_tokens == 12  # the original method still runs
     no_core = SimpleNamespace(llm_engine=SimpleNamespace(engine_core=SimpleNamespace()))
     assert peer.SchedulerProbe.attach(no_core) is None  # engine core in another process: counts unmeasured
+
+
+def test_the_summary_table_puts_policies_side_by_side() -> None:
+    from seer.bench.rollout_bench import summary_table
+
+    row = {"makespan_s": 50.0, "throughput_tok_s": 200.0, "tail_s": 10.0, "p90_s": 40.0, "preemptions": 12}
+    seer = dict(row, makespan_s=40.0, throughput_tok_s=250.0, tail_s=2.0, preemptions=0, spec={"tau": 2.5})
+    lines = summary_table({"verl": row, "seer": seer}, bound_s=20.0).splitlines()
+    assert lines[0].split() == ["policy", "makespan", "s", "tok/s", "vs", "verl", "tail", "s", "p90", "s",
+                                "preempt", "tau", "/", "bound"]
+    assert lines[2].split() == ["verl", "50.0", "200", "1.00x", "10.0", "40.0", "12", "-", "2.50"]
+    assert lines[3].split() == ["seer", "40.0", "250", "1.25x", "2.0", "40.0", "0", "2.50", "2.00"]
+    assert lines[-1] == "bound (no policy can beat it): 20.0 s"
