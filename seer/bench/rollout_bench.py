@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seer.cli.common import write_json
+from seer.utils.io import write_json
 from seer.utils.machine import machine_info
 
 SUMMARY_KEYS = ("makespan_s", "throughput_tok_s", "tail_s", "preemptions", "reprefill_tokens", "kv_frac")
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("seer bench rollout needs --trace FILE")
     policies = [p.name for p in parse_policies(args.policies)]
     check_peer(args.peer)
-    from seer.cli.common import resolve_model
+    from seer.models.prepare import resolve_model
     from seer.cli.rollout import build_groups, rollout_config
     from seer.rollout.coordinator import RolloutCoordinator
 

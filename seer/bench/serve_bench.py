@@ -318,7 +318,8 @@ def add_parser(bsub: Any) -> None:
 
 
 def run(args: Any) -> int:
-    from seer.cli.common import resolve_model, write_json
+    from seer.models.prepare import resolve_model
+    from seer.utils.io import write_json
 
     report = run_serve_bench(resolve_model(args.model), num_prompts=args.limit or args.prompts, n=args.n,
                              max_tokens=args.max_tokens, instances=args.instances, policy=args.policy,

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from seer.cli.common import resolve_model, write_json
+from seer.models.prepare import resolve_model
+from seer.utils.io import write_json
 from seer.utils.machine import machine_info
 
 

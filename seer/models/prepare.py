@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seer.utils.io import cache_dir as seer_cache_dir
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -63,10 +65,16 @@ KNOWN_MODELS: dict[str, GgufSource] = {
 }
 
 
-def default_cache_dir() -> Path:
-    """`$SEER_CACHE`, else `~/.cache/seer`."""
-    env = os.environ.get("SEER_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "seer"
+def resolve_model(name_or_path: str | Path | None) -> Path:
+    """A directory path as is; a known model name maps to its prepared folder (prepared on first use)."""
+    name = str(name_or_path or DEFAULT_MODEL)
+    path = Path(name)
+    if path.is_dir():
+        return path
+    if name in KNOWN_MODELS:
+        return prepare_model(name)
+    raise FileNotFoundError(f"model {name!r} is neither a directory nor a known model name "
+                            f"(known: {', '.join(sorted(KNOWN_MODELS))})")
 
 
 def source_for(name: str) -> GgufSource:
@@ -81,7 +89,7 @@ def source_for(name: str) -> GgufSource:
 def model_dir(name: str = DEFAULT_MODEL, cache_dir: Path | None = None) -> Path:
     """Where `prepare_model(name, cache_dir)` puts (or has put) the HF folder."""
     source_for(name)
-    return (cache_dir or default_cache_dir()) / "models" / name
+    return (cache_dir or seer_cache_dir()) / "models" / name
 
 
 def is_prepared(path: Path) -> bool:

@@ -65,7 +65,7 @@ def load_prompts(cfg: DataConfig, seed: int) -> list[Prompt]:
 def _from_jsonl(cfg: DataConfig) -> list[Prompt]:
     from pathlib import Path
 
-    from seer.cli.common import read_jsonl
+    from seer.utils.io import read_jsonl
 
     prompts: list[Prompt] = []
     stem = Path(cfg.path or "").stem

@@ -51,7 +51,7 @@ def resolve_device(name: str) -> str:
 
 class Trainer:
     def __init__(self, config: TrainConfig, resume: bool = False) -> None:
-        from seer.cli.common import resolve_model
+        from seer.models.prepare import resolve_model
         from seer.models.loader import load_model
         from seer.models.tokenizer import Tokenizer
         from seer.rollout.coordinator import RolloutCoordinator

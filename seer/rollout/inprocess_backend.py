@@ -39,7 +39,7 @@ class InProcessBackend:
     def verify_cost(self) -> VerifyCostModel:
         """The profiled step cost T(B, n) of these engines (measured once, cached on disk)."""
         if self._cost is None:
-            from seer.cli.common import cache_dir
+            from seer.utils.io import cache_dir
             from seer.engine.profiler import profile_verify_cost
             self._cost = profile_verify_cost(self.engines[0], cache_dir=cache_dir() / "profiles")
         return self._cost

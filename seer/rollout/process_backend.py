@@ -43,7 +43,7 @@ def verify_cost_profile(model: str, engine_kwargs: dict) -> dict:
     """The verify-cost profile of one instance as configured (measured once here, cached on disk)."""
     import torch
 
-    from seer.cli.common import cache_dir
+    from seer.utils.io import cache_dir
     from seer.engine.config import EngineConfig
     from seer.engine.llm_engine import LLMEngine
     from seer.engine.profiler import profile_verify_cost

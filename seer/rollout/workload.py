@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from seer.cli.common import read_jsonl
+from seer.utils.io import read_jsonl
 from seer.data.traces import TraceGroup, load_trace
 from seer.rollout.driver import GroupInput
 from seer.sampling_params import SamplingParams, group_seed

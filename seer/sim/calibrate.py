@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from seer.cli.common import read_jsonl
+from seer.utils.io import read_jsonl
 from seer.engine.scheduler import SchedulerOutput
 from seer.sim.cost_model import CostConstants, CostModel, StepSummary
 from seer.sim.hardware import InstanceSpec

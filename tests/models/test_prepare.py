@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from seer.models import prepare as prep
+from seer.utils.io import cache_dir
 from seer.models.prepare import (
     DEFAULT_MODEL,
     PREPARE_RECORD,
     REQUIRED_FILES,
     GgufSource,
     PrepareError,
-    default_cache_dir,
     find_gguf,
     is_prepared,
     model_dir,
@@ -37,7 +37,7 @@ def test_missing_package_says_what_to_install() -> None:
 
 def test_cache_dir_follows_seer_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SEER_CACHE", str(tmp_path))
-    assert default_cache_dir() == tmp_path
+    assert cache_dir() == tmp_path
     assert model_dir() == tmp_path / "models" / DEFAULT_MODEL
 
 

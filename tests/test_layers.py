@@ -1,0 +1,42 @@
+"""The package's layers: the library never imports its command line, and the control plane never imports torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "seer"
+COMMAND_LAYER = ("seer.cli", "seer.bench")  # argument parsing and benchmark verbs, on top of the library
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_the_library_does_not_import_the_command_layer() -> None:
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if module.startswith(COMMAND_LAYER):
+            continue
+        bad = sorted(n for n in _imports(path) if n.startswith(COMMAND_LAYER))
+        if bad:
+            offenders.append(f"{module}: {', '.join(bad)}")
+    assert not offenders, "library modules import the command layer:\n" + "\n".join(offenders)
+
+
+def test_the_control_plane_imports_no_torch() -> None:
+    modules = ["seer.engine.scheduler", "seer.engine.block_manager", "seer.rollout.request_buffer",
+               "seer.rollout.context_scheduler", "seer.rollout.critical_path", "seer.rollout.driver",
+               "seer.rollout.kv_pool", "seer.spec.suffix_tree", "seer.spec.draft_server", "seer.sim.simulate"]
+    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
