@@ -1,7 +1,7 @@
 """Generation results in vLLM's shape: one ``RequestOutput`` per prompt, one ``CompletionOutput`` per sample.
 
 For the common n=1 case the first completion's fields are also reachable on the request output itself
-(``out.token_ids``, ``out.text``...), which is what DESIGN.md's public surface promises.
+(``out.token_ids``, ``out.text``...), as vLLM users expect.
 """
 
 from __future__ import annotations

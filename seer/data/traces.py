@@ -1,7 +1,7 @@
 """Load recorded rollout traces (groups of sibling responses) into one in-memory shape.
 
 Why: scheduling, drafting and the simulator are measured by replaying real RL-like workloads rather than a tiny
-model sampled hot (see DESIGN.md, "What we measured"). Two formats exist (``../shared/data/README.md``):
+model sampled hot, whose siblings are barely alike. Two formats exist (``data/README.md``):
 
 * token-id groups (``math_cot_groups.jsonl``): ``prompt_token_ids`` plus ``responses`` with ``token_ids``;
   these drive drafting replay and forced-token replay on the real engine;

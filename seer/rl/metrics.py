@@ -1,7 +1,7 @@
 """Per-iteration training metrics: one flat JSON row per iteration (JSONL), optionally TensorBoard scalars.
 
 Time columns, all in seconds:
-- ``rollout_s``: the rollout's makespan as DESIGN.md defines it (first request to last response). With the
+- ``rollout_s``: the rollout's makespan as docs/design.md defines it (first request to last response). With the
   ``inprocess`` backend the instances take turns on one machine and each step is timed on its own, so this is
   the time the rollout takes with every instance on its own accelerator; ``rollout_wall_s`` is what it took here.
 - ``reward_s``, ``train_s`` (old/ref logprobs + update), ``sync_s`` (weight sync to every instance).

@@ -1,4 +1,4 @@
-"""Rollout metrics exactly as DESIGN.md defines them, and the policy comparison of the bench report.
+"""Rollout metrics exactly as docs/design.md defines them, and the policy comparison of the bench report.
 
 Why one module: the real rollout bench, trace replay and the simulator must produce the same JSON keys from
 the same definitions, or their figures are not comparable. All times are seconds since rollout start.

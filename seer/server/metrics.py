@@ -3,7 +3,7 @@
 Why these: an RL operator watching a Seer rollout server wants to know whether it is generating (tokens/s over
 the last seconds), where the work sits (chunks running per instance, paused requests holding KV per instance,
 requests waiting in the global buffer, samples waiting for the next batch), and how the last batch went in
-the terms of DESIGN.md (makespan, throughput, tail, tau). Live figures are read from the running driver when
+the terms of docs/design.md (makespan, throughput, tail, tau). Live figures are read from the running driver when
 scraped; plain reads of its counters from another thread are safe enough for a gauge, and anything that fails
 mid-update is skipped for that scrape rather than locked against the rollout.
 """

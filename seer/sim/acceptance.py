@@ -1,7 +1,7 @@
 """How many draft tokens a request accepts when only response lengths are known: a fitted acceptance model.
 
 Why: grouped speculative decoding drafts from siblings, so acceptance grows with the number of sibling references
-``n`` already ahead of a request (DESIGN.md quotes the paper's mean acceptance length 1.70 / 2.04 / 2.32 / 2.53
+``n`` already ahead of a request (the paper reports a mean acceptance length of 1.70 / 2.04 / 2.32 / 2.53
 at n = 0 / 1 / 5 / 15). With token-id traces the simulator replays real sibling streams through the real suffix
 trees (``replay_speculator.py``); with length-only traces it needs a model, and the simplest one that keeps the
 two effects that matter (more references, better drafts; longer drafts, diminishing returns) is a per-token

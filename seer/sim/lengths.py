@@ -1,7 +1,7 @@
 """Response lengths that look like RL rollouts: heavy-tailed, capped at max_tokens, and alike within a group.
 
 Why this model: Seer's premise is that siblings of one prompt have similar lengths; a simulator whose lengths
-are independent would hide the effect being measured (DESIGN.md, "What we measured"). So log length is
+are independent would hide the effect being measured. So log length is
 ``mu + b_g + w_gi`` with a group effect ``b_g ~ N(0, icc * sigma^2)`` and a sibling effect
 ``w_gi ~ N(0, (1 - icc) * sigma^2)``, rounded and capped at ``max_tokens`` (runaway reasoning hits the cap, as in
 production). ``icc`` is the intraclass correlation of log length, measured on real traces (``trace_icc``, the

@@ -1,6 +1,6 @@
 """Speculative-decoding counters, overall and per group.
 
-Why summed counters: DESIGN.md defines tau = (accepted + bonus) / verification steps of requests that speculated
+Why summed counters: docs/design.md defines tau = (accepted + bonus) / verification steps of requests that speculated
 and accept_rate = accepted / drafted, both from summed counters. Averaging per-request rates would let a few
 short requests dominate, so only counters are stored and ratios are derived at read time.
 """

@@ -1,7 +1,7 @@
 """Adaptive draft length: speculate only where it pays, and spend the verify budget where it gains most.
 
 Why: verifying gamma draft tokens is almost free when the batch is small (decode is memory bound: the tail of a
-rollout) and costs nearly gamma times a plain step when the batch is large (compute bound). DESIGN.md's rule:
+rollout) and costs nearly gamma times a plain step when the batch is large (compute bound). The rule (docs/design.md):
 with per-token acceptance ``a``, batch ``B`` and ``g`` draft tokens, the time per emitted token is
 
     T_SD(g) = (1 - a) * (D(B, g) + T(B, g)) / (1 - a ** (g + 1))
@@ -93,7 +93,7 @@ class VerifyCostModel:
 
 
 def t_sd(cost: VerifyCostModel, a: float, batch: int, gamma: int) -> float:
-    """DESIGN.md's time per emitted token when every request drafts ``gamma`` tokens (gamma 0 = plain decode)."""
+    """The time per emitted token (docs/design.md) when every request drafts ``gamma`` tokens (gamma 0 = plain decode)."""
     if not 0.0 <= a <= 1.0:
         raise ValueError(f"acceptance must be in [0, 1], got {a}")
     if gamma == 0:
@@ -193,7 +193,7 @@ class SpecPolicy:
         self.tracker = AcceptanceTracker(self.config)
 
     def best_uniform_gamma(self, a: float, batch: int) -> int:
-        """The DESIGN.md rule for a uniform batch: the gamma minimising T_SD, or 0 when none beats T(B, 0)."""
+        """The draft-length rule (docs/design.md) for a uniform batch: the gamma minimising T_SD, or 0 when none beats T(B, 0)."""
         times = [t_sd(self.cost, a, batch, g) for g in range(self.config.gamma_max + 1)]
         return min(range(len(times)), key=lambda g: (times[g], g))
 

@@ -10,7 +10,7 @@ without a model, in seconds. Modes (issue 3):
 * ``interleaved``: all G responses of a group advance together, one verification step per round, and feed the
   index as they go (what requests see while the whole group is running).
 
-tau and accept_rate are computed from summed counters exactly as DESIGN.md defines them.
+tau and accept_rate are computed from summed counters exactly as docs/design.md defines them.
 """
 
 from __future__ import annotations
