@@ -39,15 +39,9 @@ def test_cli_errors_are_one_line(tiny, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_training_with_ray_instances_syncs_weights_every_iteration(tiny, tmp_path, monkeypatch):
-    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only; must precede the import
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, _node_ip_address="127.0.0.1")
-    try:
-        rc = main(["train", "--config", TINY, f"model={tiny}", f"output_dir={tmp_path / 'run'}", "iterations=2",
-                   "data.prompts_per_iter=2", "rollout.backend=ray", "rollout.instances=2", "rollout.policy=divided"])
-    finally:
-        ray.shutdown()
+def test_training_with_ray_instances_syncs_weights_every_iteration(tiny, tmp_path, local_ray):
+    rc = main(["train", "--config", TINY, f"model={tiny}", f"output_dir={tmp_path / 'run'}", "iterations=2",
+               "data.prompts_per_iter=2", "rollout.backend=ray", "rollout.instances=2", "rollout.policy=divided"])
     assert rc == 0
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     # each rollout ran on the weights of the update before it (the trainer refuses any other version)

@@ -149,21 +149,14 @@ def test_process_backend_reports_a_worker_that_stops_answering(tiny):
 
 
 @pytest.mark.slow
-def test_ray_backend_matches_inprocess(tiny, reference, monkeypatch):
-    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only; must precede the import
-    ray = pytest.importorskip("ray")
-
-    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, _node_ip_address="127.0.0.1")
-    try:
-        with coordinator(tiny, backend="ray") as c:
-            for policy in ("verl", "seer"):
-                out = c.rollout(groups(), policy=policy, progress=False)
-                assert [r.token_ids for r in out.result.responses] == reference
-            out = c.rollout(groups(), policy="divided", progress=False, fault=FaultPlan(1, at_s=0.2))
-            assert [len(v) for v in out.result.groups().values()] == [4] * 4
+def test_ray_backend_matches_inprocess(tiny, reference, local_ray):
+    with coordinator(tiny, backend="ray") as c:
+        for policy in ("verl", "seer"):
+            out = c.rollout(groups(), policy=policy, progress=False)
             assert [r.token_ids for r in out.result.responses] == reference
-    finally:
-        ray.shutdown()
+        out = c.rollout(groups(), policy="divided", progress=False, fault=FaultPlan(1, at_s=0.2))
+        assert [len(v) for v in out.result.groups().values()] == [4] * 4
+        assert [r.token_ids for r in out.result.responses] == reference
 
 
 @pytest.mark.slow

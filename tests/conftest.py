@@ -1,0 +1,15 @@
+"""Fixtures shared across the test packages."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def local_ray(monkeypatch):  # noqa: ANN001, ANN201
+    """A Ray runtime on this machine, loopback only, two CPUs (skipped where Ray is not installed)."""
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # must precede the import
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, _node_ip_address="127.0.0.1")
+    yield ray
+    ray.shutdown()
