@@ -133,14 +133,16 @@ def test_a_worker_without_a_step_profile_refuses_adaptive_drafting(tiny):
 
 def test_process_backend_reports_a_worker_that_stops_answering(tiny):
     with coordinator(tiny, backend="local", stall_timeout_s=3.0) as c:
-        c.rollout(groups(n=1, g=2, max_tokens=4), policy="divided", progress=False)  # workers are up
+        c.rollout(groups(n=1, g=2), policy="divided", progress=False)  # the workers are up
         frozen = c.backend.proxies[1].proc
         timer = threading.Timer(0.3, os.kill, (frozen.pid, signal.SIGSTOP))
         timer.start()
         t0 = time.monotonic()
+        sp = SamplingParams(temperature=0.0, max_tokens=150, ignore_eos=True)
+        long = [GroupInput(tuple(range(5 + i, 17 + i)), 4, sp, key=f"long{i}") for i in range(4)]
         try:
             with pytest.raises(RolloutStalled, match="no instance made progress") as err:
-                c.rollout(groups(n=4, g=4, max_tokens=200), policy="divided", progress=False)
+                c.rollout(long, policy="divided", progress=False)
         finally:
             timer.cancel()
             os.kill(frozen.pid, signal.SIGKILL)
