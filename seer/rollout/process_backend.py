@@ -15,7 +15,8 @@ import signal
 import time
 from multiprocessing.connection import wait
 
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, StallWatch
+from seer.rollout.driver import (FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled,
+                                 StallWatch)
 from seer.rollout.file_pool import FileKVPool
 from seer.rollout.instance import ChunkStart, InstanceLost
 from seer.rollout.policies import RolloutPolicy
@@ -59,11 +60,12 @@ def verify_cost_profile(model: str, engine_kwargs: dict) -> dict:
 class WorkerProxy(RemoteInstanceProxy):
     """An instance process, reached through a pipe."""
 
-    def __init__(self, iid: int, proc: mp.Process, conn, snap: dict) -> None:
+    def __init__(self, iid: int, proc: mp.Process, conn, snap: dict, answer_timeout_s: float = 60.0) -> None:
         super().__init__(iid, snap)
         self.proc = proc
         self.conn = conn
         self.inbox: list[tuple] = []
+        self.answer_timeout_s = answer_timeout_s  # a worker silent this long is stalled, never waited on forever
 
     def send_start(self, chunk: ChunkStart, number: int) -> None:
         try:
@@ -75,7 +77,11 @@ class WorkerProxy(RemoteInstanceProxy):
         blocks = self.forget_resident(request_id)
         try:
             self.conn.send(("evict", request_id))
+            deadline = time.monotonic() + self.answer_timeout_s
             while True:  # other messages that arrive meanwhile are kept for the main loop
+                if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                    raise RolloutStalled(f"instance {self.instance_id} did not answer an eviction within "
+                                         f"{self.answer_timeout_s:g} s (stall timeout)")
                 msg = self.conn.recv()
                 if msg[0] == "evicted" and msg[1] == request_id:
                     self.snap["free_blocks"] += blocks
@@ -152,7 +158,7 @@ class ProcessBackend:
             msg = conn.recv()
             if msg[0] != "ready":
                 raise RuntimeError(f"instance {iid} failed to start:\n{msg[1]}")
-            self.proxies[iid] = WorkerProxy(iid, proc, conn, msg[1])
+            self.proxies[iid] = WorkerProxy(iid, proc, conn, msg[1], self.config.stall_timeout_s)
         self._spec_key = key
 
     def weight_versions(self) -> list[int]:
@@ -166,9 +172,17 @@ class ProcessBackend:
         versions = set()
         for p in self.proxies.values():
             p.conn.send(("update_weights", source, version))
-        for p in self.proxies.values():
+        for iid, p in self.proxies.items():
             while True:
-                msg = p.conn.recv()
+                try:
+                    if not p.conn.poll(READY_TIMEOUT_S):
+                        raise RuntimeError(f"instance {iid} did not finish its weight update within "
+                                           f"{READY_TIMEOUT_S:.0f} s")
+                    msg = p.conn.recv()
+                except (EOFError, OSError) as err:
+                    raise RuntimeError(f"instance {iid} died during its weight update") from err
+                if msg[0] == "error":
+                    raise RuntimeError(f"instance {iid} failed its weight update:\n{msg[1]}")
                 if msg[0] == "weights":
                     versions.add(msg[1])
                     p.snap["weight_version"] = msg[1]
