@@ -3,7 +3,6 @@ with the same greedy tokens, migrations cost no re-prefill, weights never mix, i
 
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -135,8 +134,7 @@ def test_process_backend_reports_a_worker_that_stops_answering(tiny):
     with coordinator(tiny, backend="local", stall_timeout_s=3.0) as c:
         c.rollout(groups(n=1, g=2), policy="divided", progress=False)  # the workers are up
         frozen = c.backend.proxies[1].proc
-        timer = threading.Timer(0.3, os.kill, (frozen.pid, signal.SIGSTOP))
-        timer.start()
+        os.kill(frozen.pid, signal.SIGSTOP)  # it will take chunks and never answer
         t0 = time.monotonic()
         sp = SamplingParams(temperature=0.0, max_tokens=150, ignore_eos=True)
         long = [GroupInput(tuple(range(5 + i, 17 + i)), 4, sp, key=f"long{i}") for i in range(4)]
@@ -144,7 +142,6 @@ def test_process_backend_reports_a_worker_that_stops_answering(tiny):
             with pytest.raises(RolloutStalled, match="no instance made progress|instance 1 did not answer") as err:
                 c.rollout(long, policy="divided", progress=False)
         finally:
-            timer.cancel()
             os.kill(frozen.pid, signal.SIGKILL)
         assert time.monotonic() - t0 < 60
         assert "stall timeout" in str(err.value)  # the diagnosis names the silent instance and the timeout
@@ -159,28 +156,6 @@ def test_ray_backend_matches_inprocess(tiny, reference, local_ray):
         out = c.rollout(groups(), policy="divided", progress=False, fault=FaultPlan(1, at_s=0.2))
         assert [len(v) for v in out.result.groups().values()] == [4] * 4
         assert [r.token_ids for r in out.result.responses] == reference
-
-
-@pytest.mark.slow
-def test_ray_instances_on_two_nodes_move_kv_through_the_object_store(tiny, reference, monkeypatch):
-    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only; must precede the import
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    node = {"num_cpus": 1, "node_ip_address": "127.0.0.1"}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-    cluster.add_node(**node)
-    ray.init(address=cluster.address)
-    try:
-        with coordinator(tiny, backend="ray", num_kv_blocks=30) as c:
-            res = c.rollout(groups(), policy="divided", progress=False).result
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-    assert len({st["node"] for st in res.stats["instances"].values()}) == 2  # one instance per node
-    assert any(len(set(r.instance_history)) > 1 for r in res.responses)      # requests changed node ...
-    assert res.metrics.reprefill_tokens == 0 and res.metrics.reprefill_reasons == {}  # ... with their KV
-    assert [r.token_ids for r in res.responses] == reference
 
 
 def test_more_instances_than_the_machine_holds(tiny):
