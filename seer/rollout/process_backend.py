@@ -15,13 +15,13 @@ import signal
 import time
 from multiprocessing.connection import wait
 
-from seer.rollout.driver import (FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled,
-                                 StallWatch)
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled
 from seer.rollout.file_pool import FileKVPool
 from seer.rollout.instance import ChunkStart, InstanceLost
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.process_worker import WorkerSpec, worker_main
 from seer.rollout.remote_proxy import RemoteInstanceProxy
+from seer.rollout.stall import StallWatch
 from seer.spec.policy import VerifyCostModel
 
 READY_TIMEOUT_S = 600.0

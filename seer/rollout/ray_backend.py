@@ -15,14 +15,14 @@ from __future__ import annotations
 import os
 import time
 
-from seer.rollout.driver import (FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled,
-                                 StallWatch)
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled
 from seer.rollout.instance import ChunkStart, InstanceLost
 from seer.rollout.kv_pool import KVPool, PoolStats
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.process_backend import critical_cost, step_profile
 from seer.rollout.process_worker import WorkerSpec, snapshot
 from seer.rollout.remote_proxy import RemoteInstanceProxy
+from seer.rollout.stall import StallWatch
 
 CALL_TIMEOUT_S = 600.0
 
