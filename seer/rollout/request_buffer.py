@@ -25,6 +25,7 @@ nothing runs and nothing fits, the driver must evict resident KV to the pool (cl
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -276,16 +277,19 @@ class RequestBuffer:
         if self.critical is None:
             return
         unfinished = [*self._buffered.values(), *(r for rs in self._running.values() for r in rs.values())]
-        population = PopulationLength.fit(self.groups.values())
+        # fitted at most once a round, and only while some group has revealed nothing (the fit is an EM over
+        # every response, too dear for every round of a large rollout)
+        population = functools.cache(lambda: PopulationLength.fit(self.groups.values()))
         self.critical.update(unfinished, lambda r: self.estimated_remaining(r, population), instances)
 
     def estimated_remaining(self, req: RolloutRequest,
-                            population: PopulationLength | None = None) -> tuple[float, bool]:
+                            population: Callable[[], PopulationLength | None] | None = None) -> tuple[float, bool]:
         """The ordering's belief of what ``req`` still has to generate; where it has none, the expectation under
-        ``population`` (all responses' lengths); without that, its whole budget (then False)."""
+        ``population()`` (all responses' lengths); without that, its whole budget (then False)."""
         hint = self.ordering.remaining_hint(req, self.groups[req.group_id])
-        if hint is None and population is not None:
-            hint = population.mean_remaining(req.generated, req.max_tokens)
+        fit = population() if hint is None and population is not None else None
+        if fit is not None:
+            hint = fit.mean_remaining(req.generated, req.max_tokens)
         return (float(req.remaining_budget), False) if hint is None else (hint, True)
 
     def take(self, request_id: int, instance_id: int) -> Assignment:

@@ -82,7 +82,7 @@ def test_the_buffer_estimates_unrevealed_groups_from_the_population() -> None:
     req = long.requests[1]
     assert buf.estimated_remaining(req) == (1300.0, False)  # nothing revealed: the budget, not a belief
     population = PopulationLength.fit(buf.groups.values())
-    est, known = buf.estimated_remaining(req, population)
+    est, known = buf.estimated_remaining(req, lambda: population)
     assert known and 0 < est < 1300
 
 
