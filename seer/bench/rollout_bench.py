@@ -62,21 +62,40 @@ def split_totals(row: dict) -> dict[str, float]:
             **{k.replace("_s", "_share"): round(v / whole, 4) for k, v in total.items()}}
 
 
-def bound_for(coordinator, results: dict, instances: int) -> dict | None:
-    """The rollout bound from the profiled step cost and the acceptance measured in the drafting run (if any)."""
-    from seer.rollout.bound import rollout_bound
+def bound_for(coordinator, results: dict, instances: int, groups) -> dict | None:
+    """The rollout bound and the acceptance measured in the drafting run (if any): priced by a step cost fitted
+    to every policy's measured steps where there are enough of them (each token at its real context), else by
+    the verify profile (short contexts: looser). Both are in the report; ``bound_s`` is the tighter."""
+    from seer.rollout.bound import fitted_bound, rollout_bound
+    from seer.rollout.step_cost import MIN_STEPS, LinearStepCost, measured_steps
 
-    cost = coordinator.verify_cost()
-    if cost is None:
-        return None
     responses = next(iter(results.values())).responses
-    lengths = [len(r.token_ids) for r in responses]
     longest = max(responses, key=lambda r: len(r.token_ids))
     spec = next((res.stats["spec"] for res in results.values() if "spec" in res.stats), None)
     tau = spec["tau"] if spec else 1.0
     group = (spec or {}).get("per_group", {}).get(str(longest.group_id))
-    bound = rollout_bound(lengths, instances, cost, tau=tau, longest_tau=group["tau"] if group else tau)
-    return {k: round(v, 4) if isinstance(v, float) else v for k, v in bound.to_dict().items()}
+    longest_tau = group["tau"] if group else tau
+    bounds = {}
+    cost = coordinator.verify_cost()
+    if cost is not None:
+        bounds["profile"] = rollout_bound([len(r.token_ids) for r in responses], instances, cost, tau=tau,
+                                          longest_tau=longest_tau)
+    steps = [s for res in results.values() if "step_costs" in res.stats
+             for s in measured_steps(res.decisions, res.stats["busy"], res.stats["step_costs"])]
+    fit = None
+    if len(steps) >= MIN_STEPS:
+        fit = LinearStepCost.fit(steps)
+        shapes = [(len(groups[r.group_id].prompt_token_ids), len(r.token_ids)) for r in responses]
+        bounds["fitted"] = fitted_bound(shapes, instances, fit, tau=tau, longest_tau=longest_tau,
+                                        max_tokens_per_seq=1 + coordinator.config.spec.gamma_max)
+    if not bounds:
+        return None
+    best = max(bounds.values(), key=lambda b: b.bound_s)
+    out = {k: round(v, 4) if isinstance(v, float) else v for k, v in best.to_dict().items()}
+    out["by_model"] = {name: round(b.bound_s, 4) for name, b in bounds.items()}
+    if fit is not None:
+        out["step_fit"] = {k: round(v, 9) if isinstance(v, float) else v for k, v in fit.to_dict().items()}
+    return out
 
 
 def check_peer(peer: str | None) -> None:
@@ -156,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
                 row["spec"] = {k: v for k, v in out.result.stats["spec"].items() if k != "per_group"}
             reports[name] = row
             print(json.dumps({name: {k: row[k] for k in SUMMARY_KEYS}}))
-        bound = bound_for(c, results, args.instances)
+        bound = bound_for(c, results, args.instances, groups)
     errors: dict[str, str] = {}
     if args.peer:
         row, error = run_peer(args, groups, model, budget["kv_tokens_per_instance"])

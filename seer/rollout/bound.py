@@ -11,6 +11,10 @@ them, and on average no more than ``tau``, so it is credited ``min(n, tau)``:
 ``bound_s`` is the larger of the two. Both terms are optimistic (prefill, scheduling, drafting and KV movement
 are free; the profile's short context makes steps cheap), so a policy's ``makespan / bound_s`` overstates the
 room left, never understates it. The profile must be measured on a quiet machine, or the bound is loose.
+``fitted_bound`` prices the same two terms with a step cost fitted to the rollout's own measured steps
+(``step_cost.py``), at every token's real context: the profile's short context makes its steps cheap, so its
+bound is loose where responses are long. Each token is credited the same way; the fixed per-step cost is free in
+the work term (a large enough batch amortises it), so this bound stays optimistic too, up to the fit's error.
 Torch-free.
 """
 
@@ -19,6 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
+from seer.rollout.step_cost import LinearStepCost
 from seer.spec.policy import VerifyCostModel
 
 
@@ -38,6 +45,7 @@ class RolloutBound:
     peak_tok_s: float         # the best aggregate rate over all instances
     tau: float                # mean acceptance length the work term assumes
     longest_tau: float        # ... and the longest response's term (its group's)
+    model: str = "profile"    # what priced the steps: the verify profile, or a fit to the measured steps
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,3 +63,36 @@ def rollout_bound(lengths: Sequence[int], instances: int, cost: VerifyCostModel,
                            for b in cost.batch_sizes for n in cost.tokens_per_seq)
     work_s = total / peak
     return RolloutBound(max(longest_s, work_s), longest_s, work_s, longest, total, peak, tau, tau_long)
+
+
+def _per_token_s(cost: LinearStepCost, contexts: np.ndarray, tau: float, max_tokens_per_seq: int,
+                 fixed_s: float) -> np.ndarray:
+    """Cheapest seconds per emitted token at each context: a step computing ``n`` tokens of a sequence from
+    ``c`` costs ``fixed_s + per_seq + n per_token + n (c + (n + 1) / 2) per_pair`` and is credited
+    ``credited(tau, n)`` tokens; the best ``n`` is taken per context."""
+    best = np.full(contexts.shape, np.inf)
+    for n in range(1, max_tokens_per_seq + 1):
+        step = (fixed_s + cost.per_seq_s + n * cost.per_token_s
+                + n * (contexts + (n + 1) / 2) * cost.per_pair_s)
+        best = np.minimum(best, step / credited(tau, n))
+    return best
+
+
+def fitted_bound(responses: Sequence[tuple[int, int]], instances: int, cost: LinearStepCost, *,
+                 tau: float = 1.0, longest_tau: float | None = None,
+                 max_tokens_per_seq: int = 9) -> RolloutBound:
+    """The bound for ``(prompt tokens, generated tokens)`` responses on ``instances`` instances, each token
+    priced at its context by ``cost``; a step computes at most ``max_tokens_per_seq`` tokens of a sequence
+    (1 + the longest draft)."""
+    if not responses or instances < 1:
+        raise ValueError("a bound needs at least one response and one instance")
+    tau_long = tau if longest_tau is None else longest_tau
+    prompt, longest = max(responses, key=lambda r: (r[1], r[0]))
+    alone = _per_token_s(cost, np.arange(prompt, prompt + longest, dtype=float), tau_long,
+                         max_tokens_per_seq, cost.fixed_s)
+    contexts = np.concatenate([np.arange(p, p + n, dtype=float) for p, n in responses])
+    work_s = float(_per_token_s(cost, contexts, tau, max_tokens_per_seq, 0.0).sum()) / instances
+    longest_s = float(alone.sum())
+    total = int(sum(n for _, n in responses))
+    return RolloutBound(max(longest_s, work_s), longest_s, work_s, longest, total,
+                        total / work_s if work_s > 0 else float("inf"), tau, tau_long, model="fitted")

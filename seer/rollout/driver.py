@@ -484,7 +484,7 @@ class RolloutDriver:
         stats = dict(self.counters, aborted=len(self.aborted), affinity_yields=self.buffer.affinity_yields,
                      critical_isolated=critical.isolated if critical is not None else 0,
                      kv_sources={k.value: v for k, v in self.buffer.kv_sources.items()},
-                     instances=instance_stats, busy=self.busy)
+                     instances=instance_stats, busy=self.busy, step_costs=self.step_costs)
         responses = sorted(self.results.values(), key=lambda r: (r.group_id, r.index))
         return RolloutResult(responses, metrics, self.decisions, stats)
 

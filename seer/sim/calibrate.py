@@ -18,7 +18,6 @@ binding in the data is reported as not identified and keeps its prior value.
 
 from __future__ import annotations
 
-import itertools
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from seer.utils.io import read_jsonl
+from seer.utils.nnls import nnls
 from seer.engine.scheduler import SchedulerOutput
 from seer.sim.cost_model import CostConstants, CostModel, StepSummary
 from seer.sim.hardware import InstanceSpec
@@ -100,24 +100,6 @@ def _features(instance: InstanceSpec, samples: Sequence[StepSample]) -> np.ndarr
     return np.array(rows, dtype=float)
 
 
-def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Tiny non-negative least squares: best unconstrained fit over every subset of columns."""
-    best, best_err = np.zeros(a.shape[1]), float(np.sum(y ** 2))
-    for k in range(1, a.shape[1] + 1):
-        for cols in itertools.combinations(range(a.shape[1]), k):
-            sub = a[:, cols]
-            if not np.any(sub):
-                continue
-            x, *_ = np.linalg.lstsq(sub, y, rcond=None)
-            if np.any(x < 0):
-                continue
-            err = float(np.sum((sub @ x - y) ** 2))
-            if err < best_err:
-                best_err, best = err, np.zeros(a.shape[1])
-                best[list(cols)] = x
-    return best
-
-
 def _fit_params(f: np.ndarray, iters: int = 30) -> tuple[np.ndarray, np.ndarray]:
     """(a, b, c0, c1) and the compute-bound mask minimising relative squared error."""
     c, m, comm, seqs, t = f.T
@@ -127,7 +109,7 @@ def _fit_params(f: np.ndarray, iters: int = 30) -> tuple[np.ndarray, np.ndarray]
     for mask in starts:
         for _ in range(iters):
             design = np.column_stack([c * mask * w, m * ~mask * w, w, seqs * w])
-            p = _nnls(design, y)
+            p = nnls(design, y)
             new = p[0] * c >= p[1] * m
             if np.array_equal(new, mask):
                 break

@@ -2,7 +2,8 @@
 
 import pytest
 
-from seer.rollout.bound import credited, rollout_bound
+from seer.rollout.bound import credited, fitted_bound, rollout_bound
+from seer.rollout.step_cost import LinearStepCost
 from seer.spec.policy import VerifyCostModel
 
 # batch 1: 10 ms a plain step, 25 ms verifying 2 drafts; batch 8: 40 ms per token each sequence computes
@@ -35,3 +36,33 @@ def test_bad_input_is_an_error():
         rollout_bound([], instances=2, cost=COST)
     with pytest.raises(ValueError):
         rollout_bound([5], instances=0, cost=COST)
+
+
+# a step: 10 ms fixed, 1 ms per sequence, 2 ms per token, 10 us per (token, context position) pair
+LINEAR = LinearStepCost(0.010, 0.001, 0.002, 1e-5)
+
+
+def test_fitted_longest_term_prices_every_token_at_its_context():
+    b = fitted_bound([(100, 50), (10, 5)], instances=1, cost=LINEAR, max_tokens_per_seq=1)
+    expected = sum(0.010 + 0.001 + 0.002 + (c + 1) * 1e-5 for c in range(100, 150))
+    assert b.longest_s == pytest.approx(expected) and b.model == "fitted"
+    # the same response with a short prompt is cheaper: context is what the profile bound misses
+    short = fitted_bound([(0, 50)], instances=1, cost=LINEAR, max_tokens_per_seq=1)
+    assert short.longest_s < b.longest_s
+
+
+def test_fitted_work_term_amortises_the_fixed_cost_and_splits_over_instances():
+    responses = [(20, 30)] * 40
+    one = fitted_bound(responses, instances=1, cost=LINEAR, max_tokens_per_seq=1)
+    per_token = [0.001 + 0.002 + (c + 1) * 1e-5 for c in range(20, 50)]
+    assert one.work_s == pytest.approx(40 * sum(per_token))
+    assert fitted_bound(responses, instances=4, cost=LINEAR, max_tokens_per_seq=1).work_s == \
+        pytest.approx(one.work_s / 4)
+
+
+def test_fitted_bound_credits_drafts_up_to_tau():
+    plain = fitted_bound([(0, 200)], instances=1, cost=LINEAR, max_tokens_per_seq=1)
+    drafted = fitted_bound([(0, 200)], instances=1, cost=LINEAR, tau=3.0, max_tokens_per_seq=4)
+    assert drafted.longest_s < plain.longest_s  # the fixed cost is shared by the tokens a verification emits
+    with pytest.raises(ValueError):
+        fitted_bound([], instances=1, cost=LINEAR)

@@ -1,0 +1,89 @@
+"""A step-cost model fitted to the steps a rollout actually ran, so its bound is priced at the real contexts.
+
+Why: the verify-cost profile is measured at short contexts (48-128 tokens), where steps are cheapest. A rollout's
+sequences reach contexts of hundreds to thousands of tokens, and there attention makes every step dearer: a
+bound priced by the profile is several times below what any policy can reach, which hides the room actually
+left. Every in-process step is already measured (its compute time, after drafting and KV movement are taken
+out) and its shape is known, so the cost of a step at any context is fitted from those.
+
+Model: ``t = fixed + per_seq * B + per_token * N + per_pair * P`` for a step of ``B`` sequences computing ``N``
+tokens in all, ``P`` the sum over computed tokens of the context each attends to (its position). On a CPU and
+at the small batches of a rollout, linear layers cost per token and attention per (token, context) pair; the
+fixed part is the weights streamed and the host's per-step work. The constants are non-negative, fitted on
+relative error (short decode steps weigh as much as long prefills) over the compute steps of every policy of
+the run, so all policies are priced by the same machine state. The fit's error is reported beside it.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from seer.utils.nnls import nnls
+
+MIN_STEPS = 8  # fewer measured steps say nothing about four constants
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """One measured compute step: sequences, tokens computed, attention pairs, seconds."""
+
+    seqs: int
+    tokens: int
+    pairs: float
+    seconds: float
+
+    @classmethod
+    def from_trace(cls, trace: Sequence[tuple], seconds: float) -> "StepShape":
+        """From a step's decision trace, ``(request_id, start, num_new_tokens, num_spec_tokens)`` per chunk: a
+        chunk of ``n`` tokens from position ``start`` attends to ``n * (start + (n + 1) / 2)`` positions."""
+        tokens = sum(c[2] for c in trace)
+        pairs = sum(c[2] * (c[1] + (c[2] + 1) / 2) for c in trace)
+        return cls(len(trace), tokens, pairs, seconds)
+
+
+@dataclass(frozen=True)
+class LinearStepCost:
+    fixed_s: float
+    per_seq_s: float
+    per_token_s: float
+    per_pair_s: float
+    steps: int = 0            # measured steps behind the fit
+    mape: float = 0.0         # its mean absolute error relative to them
+
+    def step_time(self, seqs: float, tokens: float, pairs: float) -> float:
+        return self.fixed_s + self.per_seq_s * seqs + self.per_token_s * tokens + self.per_pair_s * pairs
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def fit(cls, steps: Sequence[StepShape]) -> "LinearStepCost":
+        """Non-negative least squares on relative error over ``steps`` (at least ``MIN_STEPS``)."""
+        usable = [s for s in steps if s.seqs > 0 and s.seconds > 0]
+        if len(usable) < MIN_STEPS:
+            raise ValueError(f"a step-cost fit needs at least {MIN_STEPS} measured steps, got {len(usable)}")
+        x = np.array([(1.0, s.seqs, s.tokens, s.pairs) for s in usable])
+        t = np.array([s.seconds for s in usable])
+        scale = x.max(axis=0)  # columns on one scale, so the subset solver's conditioning is sane
+        coef = nnls(x / scale / t[:, None], np.ones_like(t)) / scale
+        mape = float(np.mean(np.abs(x @ coef - t) / t))
+        return cls(*(float(c) for c in coef), steps=len(usable), mape=mape)
+
+
+def measured_steps(decisions: Mapping[int, Sequence[Sequence[tuple]]],
+                   busy: Mapping[int, Sequence[tuple[float, float]]],
+                   step_costs: Mapping[int, Sequence[tuple[float, float]]]) -> list[StepShape]:
+    """The compute steps of one rollout: each instance's j-th step is its j-th decision trace, busy interval
+    and (draft_s, kv_s); its compute time is the interval less drafting and KV movement. Steps that computed
+    nothing (a transfer charge, an idle tick) are left out."""
+    shapes = []
+    for iid, traces in decisions.items():
+        for trace, (start, end), (draft, kv) in zip(traces, busy[iid], step_costs[iid]):
+            seconds = end - start - draft - kv
+            if trace and seconds > 0:
+                shapes.append(StepShape.from_trace(trace, seconds))
+    return shapes

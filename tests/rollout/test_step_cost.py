@@ -1,0 +1,56 @@
+"""The step cost fitted to measured steps: it recovers known constants, reads the driver's records, and rejects
+too little data."""
+
+import random
+
+import pytest
+
+from seer.rollout.step_cost import LinearStepCost, StepShape, measured_steps
+
+TRUE = LinearStepCost(0.004, 0.001, 0.0005, 2e-7)
+
+
+def _steps(n: int, noise: float = 0.0) -> list[StepShape]:
+    rng = random.Random(0)
+    out = []
+    for _ in range(n):
+        seqs = rng.randint(1, 16)
+        per = rng.choice([1, 1, 3, 32])
+        ctx = rng.randint(16, 1500)
+        pairs = seqs * per * (ctx + (per + 1) / 2)
+        t = TRUE.step_time(seqs, seqs * per, pairs) * (1 + rng.uniform(-noise, noise))
+        out.append(StepShape(seqs, seqs * per, pairs, t))
+    return out
+
+
+def test_fit_recovers_the_constants_of_noise_free_steps():
+    fit = LinearStepCost.fit(_steps(200))
+    for name in ("fixed_s", "per_seq_s", "per_token_s", "per_pair_s"):
+        assert getattr(fit, name) == pytest.approx(getattr(TRUE, name), rel=1e-6)
+    assert fit.mape < 1e-9 and fit.steps == 200
+
+
+def test_fit_on_noisy_steps_is_close_and_never_negative():
+    fit = LinearStepCost.fit(_steps(400, noise=0.2))
+    assert min(fit.fixed_s, fit.per_seq_s, fit.per_token_s, fit.per_pair_s) >= 0
+    assert fit.per_pair_s == pytest.approx(TRUE.per_pair_s, rel=0.15) and fit.mape < 0.15
+
+
+def test_a_chunk_attends_to_its_context_and_itself():
+    shape = StepShape.from_trace([(1, 10, 1, 0), (2, 0, 4, 0)], 0.1)
+    # one token after 10 cached sees 11 positions; a 4-token prefill sees 1 + 2 + 3 + 4
+    assert (shape.seqs, shape.tokens, shape.pairs) == (2, 5, 11 + 10)
+
+
+def test_measured_steps_take_drafting_and_kv_out_and_skip_empty_steps():
+    decisions = {0: [[(1, 5, 1, 0)], [], [(1, 6, 3, 2)]]}
+    busy = {0: [(0.0, 1.0), (1.0, 1.5), (2.0, 2.5)]}
+    costs = {0: [(0.25, 0.25), (0.0, 0.5), (0.1, 0.0)]}
+    shapes = measured_steps(decisions, busy, costs)
+    assert [s.seconds for s in shapes] == [pytest.approx(0.5), pytest.approx(0.4)]
+    assert [s.tokens for s in shapes] == [1, 3]
+
+
+def test_too_few_steps_is_an_error():
+    with pytest.raises(ValueError, match="at least"):
+        LinearStepCost.fit(_steps(3))
