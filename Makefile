@@ -28,9 +28,11 @@ demo: install
 		--instances 2 --backend local --chunk-tokens 32 --policies verl,seer --json runs/demo/report.json
 
 test: install
+	$(VENV)/bin/ruff check seer tests
 	$(PY) -m pytest tests
 
 test-fast: install
+	$(VENV)/bin/ruff check seer tests
 	$(PY) -m pytest tests -m "not slow"
 
 bench-engine: install

@@ -27,10 +27,10 @@ PromptLike = str | list[int] | dict
 
 def make_speculator(engine: LLMEngine, config: SpecConfig) -> Speculator:
     """A speculator over a fresh draft server; adaptive ones get this machine's verify-cost profile."""
-    from seer.utils.io import cache_dir
     from seer.engine.profiler import profile_verify_cost
     from seer.spec.draft_server import DraftServer
     from seer.spec.policy import PolicyConfig, SpecPolicy
+    from seer.utils.io import cache_dir
 
     policy = None
     if config.adaptive:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seer.bench.peers.runner import PeerError, run_hf_peer, run_peer_process, run_vllm_peer, _clean_env
+from seer.bench.peers.runner import PeerError, _clean_env, run_hf_peer, run_peer_process, run_vllm_peer
 from seer.bench.workloads import CASES, engine_workload, subset
 from seer.utils.machine import machine_info
 

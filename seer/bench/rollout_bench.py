@@ -62,10 +62,11 @@ def split_totals(row: dict) -> dict[str, float]:
             **{k.replace("_s", "_share"): round(v / whole, 4) for k, v in total.items()}}
 
 
-def bound_for(coordinator, results: dict, instances: int, groups) -> dict | None:
-    """The rollout bound and the acceptance measured in the drafting run (if any): priced by a step cost fitted
-    to every policy's measured steps where there are enough of them (each token at its real context), else by
-    the verify profile (short contexts: looser). Both are in the report; ``bound_s`` is the tighter."""
+def bound_for(coordinator, results: dict, instances: int, groups, kv_tokens: int) -> dict | None:
+    """The rollout bound and the acceptance measured in the drafting run (if any), priced by a step cost fitted
+    to every policy's measured steps (each token at its real context, within the KV budget), or by the verify
+    profile where too few steps were measured (short contexts and the batches the profile could fit: a looser,
+    rougher figure). Both are in the report when both exist."""
     from seer.rollout.bound import fitted_bound, rollout_bound
     from seer.rollout.step_cost import MIN_STEPS, LinearStepCost, measured_steps
 
@@ -75,22 +76,20 @@ def bound_for(coordinator, results: dict, instances: int, groups) -> dict | None
     tau = spec["tau"] if spec else 1.0
     group = (spec or {}).get("per_group", {}).get(str(longest.group_id))
     longest_tau = group["tau"] if group else tau
-    bounds = {}
-    cost = coordinator.verify_cost()
-    if cost is not None:
-        bounds["profile"] = rollout_bound([len(r.token_ids) for r in responses], instances, cost, tau=tau,
-                                          longest_tau=longest_tau)
+    bounds, fit = {}, None
     steps = [s for res in results.values() if "step_costs" in res.stats
              for s in measured_steps(res.decisions, res.stats["busy"], res.stats["step_costs"])]
-    fit = None
     if len(steps) >= MIN_STEPS:
         fit = LinearStepCost.fit(steps)
         shapes = [(len(groups[r.group_id].prompt_token_ids), len(r.token_ids)) for r in responses]
+        cfg = coordinator.config
         bounds["fitted"] = fitted_bound(shapes, instances, fit, tau=tau, longest_tau=longest_tau,
-                                        max_tokens_per_seq=1 + coordinator.config.spec.gamma_max)
-    if not bounds:
-        return None
-    best = max(bounds.values(), key=lambda b: b.bound_s)
+                                        max_tokens_per_seq=1 + cfg.spec.gamma_max, kv_tokens=kv_tokens,
+                                        max_seqs=cfg.max_num_seqs)
+    cost = coordinator.verify_cost()
+    bounds["profile"] = rollout_bound([len(r.token_ids) for r in responses], instances, cost, tau=tau,
+                                      longest_tau=longest_tau)
+    best = bounds.get("fitted", bounds["profile"])
     out = {k: round(v, 4) if isinstance(v, float) else v for k, v in best.to_dict().items()}
     out["by_model"] = {name: round(b.bound_s, 4) for name, b in bounds.items()}
     if fit is not None:
@@ -152,8 +151,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("seer bench rollout needs --trace FILE")
     policies = [p.name for p in parse_policies(args.policies)]
     check_peer(args.peer)
-    from seer.models.prepare import resolve_model
     from seer.cli.rollout import build_groups, rollout_config
+    from seer.models.prepare import resolve_model
     from seer.rollout.coordinator import RolloutCoordinator
 
     model = resolve_model(args.model)
@@ -175,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
                 row["spec"] = {k: v for k, v in out.result.stats["spec"].items() if k != "per_group"}
             reports[name] = row
             print(json.dumps({name: {k: row[k] for k in SUMMARY_KEYS}}))
-        bound = bound_for(c, results, args.instances, groups)
+        bound = bound_for(c, results, args.instances, groups, budget["kv_tokens_per_instance"])
     errors: dict[str, str] = {}
     if args.peer:
         row, error = run_peer(args, groups, model, budget["kv_tokens_per_instance"])

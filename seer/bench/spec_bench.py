@@ -16,7 +16,6 @@ import dataclasses
 import json
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 from seer.models.prepare import resolve_model

@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seer", description="Fast synchronous RL rollouts.")
     parser.add_argument("--version", action="version", version=f"seer {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True)
-    for name, module in VERBS.items():
+    for module in VERBS.values():
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as err:

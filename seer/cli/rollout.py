@@ -101,9 +101,8 @@ def fault_plan(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from seer.rollout.plots import plot_rollout
-
     from seer.rollout.coordinator import RolloutCoordinator
+    from seer.rollout.plots import plot_rollout
 
     model = resolve_model(args.model)
     groups = build_groups(args, model)

@@ -18,9 +18,9 @@ import torch
 from seer.engine.block_manager import BlockManager
 from seer.engine.config import EngineConfig
 from seer.engine.model_runner import ModelRunner
-from seer.engine.request import Request, RequestStatus
-from seer.engine.speculator import Speculator
+from seer.engine.request import Request
 from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig, SchedulerOutput
+from seer.engine.speculator import Speculator
 from seer.models.loader import load_model, load_weights
 from seer.models.packed_linear import prepack_linears
 from seer.sampling_params import SamplingParams

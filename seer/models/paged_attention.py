@@ -14,9 +14,9 @@ import torch
 
 from seer.models import attn_kernel
 from seer.models.attention import AttentionMetadata
-from seer.models.config import ModelConfig
 from seer.models.attn_plan import get_plan
 from seer.models.attn_torch import attend_long, attend_short_torch
+from seer.models.config import ModelConfig
 
 KERNEL_KEY = "seer.use_kernel"  # set False in meta.cache to force the PyTorch path
 _DECIDED_KEY = "seer.kernel_decided"

@@ -23,7 +23,8 @@ def model_class(architecture: str) -> type[nn.Module]:
     try:
         return _REGISTRY[architecture]
     except KeyError:
-        raise ValueError(f"unsupported architecture {architecture}; supported: {', '.join(sorted(_REGISTRY))}")
+        known = ", ".join(sorted(_REGISTRY))
+        raise ValueError(f"unsupported architecture {architecture}; supported: {known}") from None
 
 
 def build_model(config: ModelConfig) -> nn.Module:

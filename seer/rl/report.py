@@ -46,7 +46,8 @@ def comparison(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any
     report: dict[str, Any] = {"policies": {name: summarize(rows) for name, rows in runs.items()}}
     pol = report["policies"]
     if "verl" in pol:
-        for key, out in (("rollout_s_mean", "rollout_speedup_vs_verl"), ("iteration_s_mean", "iteration_speedup_vs_verl")):
+        for key, out in (("rollout_s_mean", "rollout_speedup_vs_verl"),
+                         ("iteration_s_mean", "iteration_speedup_vs_verl")):
             base = pol["verl"][key]
             report[out] = {name: (base / s[key] if base and s[key] else None) for name, s in pol.items()
                            if name != "verl"}

@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from seer.rl.scorers import (CustomScorer, MathVerifyScorer, ReasoningGymScorer, RewardInput, Scorer,
-                             TokenFractionScorer)
+from seer.rl.scorers import CustomScorer, MathVerifyScorer, ReasoningGymScorer, RewardInput, Scorer, TokenFractionScorer
 
 if TYPE_CHECKING:
     from seer.rl.config import RewardConfig

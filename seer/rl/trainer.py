@@ -29,7 +29,7 @@ from seer.rl.batch import build_samples
 from seer.rl.config import TrainConfig
 from seer.rl.config_loader import to_dict
 from seer.rl.data import PromptStream, load_prompts, make_groups
-from seer.rl.metrics import (MetricsWriter, length_metrics, reward_metrics, rollout_metrics, update_metrics)
+from seer.rl.metrics import MetricsWriter, length_metrics, reward_metrics, rollout_metrics, update_metrics
 from seer.rl.rewards import RewardRunner, build_scorer
 from seer.rl.scorers import RewardInput
 from seer.rl.updater import PolicyUpdater
@@ -51,8 +51,8 @@ def resolve_device(name: str) -> str:
 
 class Trainer:
     def __init__(self, config: TrainConfig, resume: bool = False) -> None:
-        from seer.models.prepare import resolve_model
         from seer.models.loader import load_model
+        from seer.models.prepare import resolve_model
         from seer.models.tokenizer import Tokenizer
         from seer.rollout.coordinator import RolloutCoordinator
 

@@ -13,8 +13,9 @@ are free; the profile's short context makes steps cheap), so a policy's ``makesp
 room left, never understates it. The profile must be measured on a quiet machine, or the bound is loose.
 ``fitted_bound`` prices the same two terms with a step cost fitted to the rollout's own measured steps
 (``step_cost.py``), at every token's real context: the profile's short context makes its steps cheap, so its
-bound is loose where responses are long. Each token is credited the same way; the fixed per-step cost is free in
-the work term (a large enough batch amortises it), so this bound stays optimistic too, up to the fit's error.
+bound is loose where responses are long (and invalid where the KV budget kept the profile from large batches
+the rollout did run). Each token is credited the same way, and the fixed per-step cost is shared by as many
+sequences as an instance's KV and sequence limit allow; it stays optimistic, up to the fit's error.
 Torch-free.
 """
 
@@ -79,11 +80,16 @@ def _per_token_s(cost: LinearStepCost, contexts: np.ndarray, tau: float, max_tok
 
 
 def fitted_bound(responses: Sequence[tuple[int, int]], instances: int, cost: LinearStepCost, *,
-                 tau: float = 1.0, longest_tau: float | None = None,
-                 max_tokens_per_seq: int = 9) -> RolloutBound:
+                 tau: float = 1.0, longest_tau: float | None = None, max_tokens_per_seq: int = 9,
+                 kv_tokens: int | None = None, max_seqs: int | None = None) -> RolloutBound:
     """The bound for ``(prompt tokens, generated tokens)`` responses on ``instances`` instances, each token
     priced at its context by ``cost``; a step computes at most ``max_tokens_per_seq`` tokens of a sequence
-    (1 + the longest draft)."""
+    (1 + the longest draft).
+
+    The fixed cost of a step is shared by its sequences, but not by more than an instance holds: a step's
+    sequences fit its ``kv_tokens`` (their contexts sum to no more) and number at most ``max_seqs``, and each
+    emits at most ``tau`` tokens, so the steps all instances run number at least ``sum of contexts / (tau *
+    kv_tokens)`` and ``tokens / (tau * max_seqs)``; the work term pays the fixed cost for that many."""
     if not responses or instances < 1:
         raise ValueError("a bound needs at least one response and one instance")
     tau_long = tau if longest_tau is None else longest_tau
@@ -91,8 +97,12 @@ def fitted_bound(responses: Sequence[tuple[int, int]], instances: int, cost: Lin
     alone = _per_token_s(cost, np.arange(prompt, prompt + longest, dtype=float), tau_long,
                          max_tokens_per_seq, cost.fixed_s)
     contexts = np.concatenate([np.arange(p, p + n, dtype=float) for p, n in responses])
-    work_s = float(_per_token_s(cost, contexts, tau, max_tokens_per_seq, 0.0).sum()) / instances
+    per_step = credited(tau, max_tokens_per_seq)
+    steps = max(float(contexts.sum()) / (per_step * kv_tokens) if kv_tokens else 0.0,
+                len(contexts) / (per_step * max_seqs) if max_seqs else 0.0)
+    tokens_s = float(_per_token_s(cost, contexts, tau, max_tokens_per_seq, 0.0).sum())
+    work_s = (tokens_s + cost.fixed_s * steps) / instances
     longest_s = float(alone.sum())
-    total = int(sum(n for _, n in responses))
+    total = len(contexts)
     return RolloutBound(max(longest_s, work_s), longest_s, work_s, longest, total,
                         total / work_s if work_s > 0 else float("inf"), tau, tau_long, model="fitted")

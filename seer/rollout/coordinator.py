@@ -8,12 +8,11 @@ start while instances disagree on the version, so a rollout never mixes weights.
 Backend ``inprocess``: the instances live in this process and take turns; each step's duration is its measured
 wall time, so every instance's timeline is what it would be on its own accelerator (with N instances the run
 takes about N times the reported makespan). Backend ``local`` runs each instance in its own process (see
-``process_backend``), and ``ray`` as Ray actors, for real parallelism.
+``rollout/backends/``), and ``ray`` as Ray actors, for real parallelism.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -21,15 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from seer.engine.speculator import SpecConfig
+from seer.rollout.backends import BACKENDS, Backend, make_backend
 from seer.rollout.context_scheduler import OrderingConfig
 from seer.rollout.critical_path import batch_speedup
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutListener, RolloutResult
 from seer.rollout.kv_pool import LocalKVPool
 from seer.rollout.policies import RolloutPolicy, get_policy
 from seer.spec.policy import VerifyCostModel
 from seer.utils.machine import auto_dtype
-
-BACKENDS = ("inprocess", "local", "ray")
 
 
 @dataclass(frozen=True)
@@ -86,8 +84,9 @@ class RolloutConfig:
                     critical_speedup=speedup)
 
     def engine_kwargs(self) -> dict[str, Any]:
-        return dict(dtype=self.dtype, device=self.device, block_size=self.block_size, kv_cache_memory_gb=self.kv_cache_gb,
-                    num_kv_blocks=self.num_kv_blocks, max_num_seqs=self.max_num_seqs,
+        return dict(dtype=self.dtype, device=self.device, block_size=self.block_size,
+                    kv_cache_memory_gb=self.kv_cache_gb, num_kv_blocks=self.num_kv_blocks,
+                    max_num_seqs=self.max_num_seqs,
                     max_num_batched_tokens=self.max_num_batched_tokens, num_threads=self.threads_per_instance,
                     seed=self.seed)
 
@@ -132,15 +131,8 @@ class RolloutCoordinator:
         from seer.models.tokenizer import Tokenizer
         self.tokenizer = Tokenizer.from_dir(self.model)
 
-    def _make_backend(self):
-        if self.config.backend == "inprocess":
-            from seer.rollout.inprocess_backend import InProcessBackend
-            return InProcessBackend(self.model, self.config, self.pool)
-        if self.config.backend == "local":
-            from seer.rollout.process_backend import ProcessBackend
-            return ProcessBackend(self.model, self.config, self.pool)
-        from seer.rollout.ray_backend import RayBackend
-        return RayBackend(self.model, self.config, self.pool)
+    def _make_backend(self) -> Backend:
+        return make_backend(self.config.backend, self.model, self.config, self.pool)
 
     @property
     def weight_version(self) -> int:
@@ -173,11 +165,9 @@ class RolloutCoordinator:
         texts = [self.tokenizer.decode(r.token_ids) for r in result.responses]
         return RolloutOutput(result, version, pol.name, wall, texts, list(groups))
 
-    def verify_cost(self):
-        """The profiled step cost T(B, n) of the instances (``VerifyCostModel``), or None where the backend's
-        instances live elsewhere (local processes, Ray actors)."""
-        measure = getattr(self.backend, "verify_cost", None)
-        return measure() if measure is not None else None
+    def verify_cost(self) -> VerifyCostModel:
+        """The profiled step cost T(B, n) of the instances (measured once, cached on disk)."""
+        return self.backend.verify_cost()
 
     def close(self) -> None:
         self.backend.close()

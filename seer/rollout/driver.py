@@ -28,8 +28,15 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from seer.rollout.context_scheduler import OrderingConfig
-from seer.rollout.instance import (ChunkEvent, ChunkStart, Instance, InstanceLost, RequestSpec, StepReport,
-                                  merge_stalled)
+from seer.rollout.instances.base import (
+    ChunkEvent,
+    ChunkStart,
+    Instance,
+    InstanceLost,
+    RequestSpec,
+    StepReport,
+    merge_stalled,
+)
 from seer.rollout.metrics import ResponseRecord, RolloutMetrics, compute_metrics
 from seer.rollout.policies import RolloutPolicy, instance_of_group
 from seer.rollout.request_buffer import RequestBuffer
@@ -319,8 +326,9 @@ class RolloutDriver:
     def _evictable(self, iid: int) -> list[int]:
         """Waiting requests whose KV sits on instance ``iid``. The buffer's record decides, not the instance's
         resident list alone: a remote instance's snapshot can predate an eviction and still list the request."""
+        reqs = self.buffer.requests
         return [r for r in self.instances[iid].resident()
-                if self.buffer.requests[r].state is RequestState.BUFFERED and self.buffer.requests[r].kv_instance == iid]
+                if reqs[r].state is RequestState.BUFFERED and reqs[r].kv_instance == iid]
 
     def _evict(self, iid: int, rid: int) -> bool:
         """Move a paused request's KV from instance ``iid`` to the pool; False if that instance turned out

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from seer.rollout.driver import RolloutResult
 
-
 SPLIT = (("compute_s", "compute"), ("draft_s", "drafting"), ("kv_s", "KV movement"), ("idle_s", "idle"))
 
 

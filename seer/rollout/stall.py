@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from seer.rollout.driver import RolloutStalled
-from seer.rollout.instance import StepReport
+from seer.rollout.instances.base import StepReport
 
 if TYPE_CHECKING:
     from seer.rollout.driver import RolloutDriver

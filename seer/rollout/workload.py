@@ -19,10 +19,10 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from seer.utils.io import read_jsonl
 from seer.data.traces import TraceGroup, load_trace
 from seer.rollout.driver import GroupInput
 from seer.sampling_params import SamplingParams, group_seed
+from seer.utils.io import read_jsonl
 
 
 @dataclass(frozen=True)

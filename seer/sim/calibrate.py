@@ -25,11 +25,11 @@ from typing import Sequence
 
 import numpy as np
 
-from seer.utils.io import read_jsonl
-from seer.utils.nnls import nnls
 from seer.engine.scheduler import SchedulerOutput
 from seer.sim.cost_model import CostConstants, CostModel, StepSummary
 from seer.sim.hardware import InstanceSpec
+from seer.utils.io import read_jsonl
+from seer.utils.nnls import nnls
 
 REQUIRED = ("num_seqs", "num_tokens", "context_tokens", "seconds")
 

@@ -13,8 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from seer.sim.simulate import PolicyRun
 from seer.sim.sim_instance import Timeline
+from seer.sim.simulate import PolicyRun
 
 
 def _merge(intervals: Sequence[tuple[float, float]], gap: float) -> list[tuple[float, float]]:

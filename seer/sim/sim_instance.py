@@ -22,11 +22,10 @@ from typing import Any, Callable
 from seer.engine.block_manager import BlockManager
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput, StepResult
-from seer.rollout.instance import ChunkStart, StepReport
-from seer.rollout.scheduled_instance import ScheduledInstance
+from seer.rollout.instances.base import ChunkStart, StepReport
+from seer.rollout.instances.scheduled import ScheduledInstance
 from seer.sim.cost_model import CostModel, StepSummary
 from seer.sim.pool import SimKVPool
-
 
 _ONE_LOGPROB = [0.0]
 

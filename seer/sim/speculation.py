@@ -13,14 +13,14 @@ One speculator object per run is shared by every instance (like the draft server
 * length-only workloads at any quantum: ``model_speculator.py``, acceptance from a fitted model ``alpha(n)`` of
   the sibling references ahead of a request and draft lengths from ``allocate`` below.
 
-``allocate`` is the draft-length rule (docs/design.md) at cluster scale: speculate only where it pays, spend the token budget where the
-marginal gain is largest, probes first. A draft token's marginal gain is the probability that it is accepted
-(``alpha^j``); its marginal cost is what one more token adds to this step's roofline price (nothing while the
-step is memory-bound, the compute slope once it is compute-bound, plus the drafter's ``draft_cost_s``). Tokens are
-granted greedily, best gain first, while the step's expected tokens per second still rises, so a large busy
-batch speculates little or not at all and the tail drafts long. It is ``SpecPolicy.plan``'s rule with the
-roofline's context-dependent cost, vectorised over classes of requests with equal gains, so a step with a
-thousand running requests costs a few dozen roofline evaluations instead of thousands of candidate tokens.
+``allocate`` is the draft-length rule (docs/design.md) at cluster scale: speculate only where it pays, spend the
+token budget where the marginal gain is largest, probes first. A draft token's marginal gain is the probability that
+it is accepted (``alpha^j``); its marginal cost is what one more token adds to this step's roofline price (nothing
+while the step is memory-bound, the compute slope once it is compute-bound, plus the drafter's ``draft_cost_s``).
+Tokens are granted greedily, best gain first, while the step's expected tokens per second still rises, so a large
+busy batch speculates little or not at all and the tail drafts long. It is ``SpecPolicy.plan``'s rule with the
+roofline's context-dependent cost, vectorised over classes of requests with equal gains, so a step with a thousand
+running requests costs a few dozen roofline evaluations instead of thousands of candidate tokens.
 """
 
 from __future__ import annotations

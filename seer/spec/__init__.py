@@ -2,8 +2,7 @@
 server, the draft-length policy and model-free replay. The engine's verifier consumes :class:`Draft`."""
 
 from seer.spec.draft import EMPTY_DRAFT, Draft
-from seer.spec.draft_server import (DraftRequest, DraftRequestError, DraftServer, DraftServerConfig,
-                                    UnknownGroupError)
+from seer.spec.draft_server import DraftRequest, DraftRequestError, DraftServer, DraftServerConfig, UnknownGroupError
 from seer.spec.drafter import DrafterConfig, SuffixDrafter
 from seer.spec.metrics import SpecCounters, SpecMetrics
 from seer.spec.policy import AcceptanceTracker, PolicyConfig, PolicyRequest, SpecPolicy, VerifyCostModel, t_sd

@@ -93,7 +93,8 @@ class VerifyCostModel:
 
 
 def t_sd(cost: VerifyCostModel, a: float, batch: int, gamma: int) -> float:
-    """The time per emitted token (docs/design.md) when every request drafts ``gamma`` tokens (gamma 0 = plain decode)."""
+    """The time per emitted token (docs/design.md) when every request drafts ``gamma`` tokens (0: plain
+    decode)."""
     if not 0.0 <= a <= 1.0:
         raise ValueError(f"acceptance must be in [0, 1], got {a}")
     if gamma == 0:
@@ -193,7 +194,8 @@ class SpecPolicy:
         self.tracker = AcceptanceTracker(self.config)
 
     def best_uniform_gamma(self, a: float, batch: int) -> int:
-        """The draft-length rule (docs/design.md) for a uniform batch: the gamma minimising T_SD, or 0 when none beats T(B, 0)."""
+        """The draft-length rule (docs/design.md) for a uniform batch: the gamma minimising T_SD, or 0 when none
+        beats T(B, 0)."""
         times = [t_sd(self.cost, a, batch, g) for g in range(self.config.gamma_max + 1)]
         return min(range(len(times)), key=lambda g: (times[g], g))
 

@@ -15,6 +15,7 @@ tau and accept_rate are computed from summed counters exactly as docs/design.md 
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,7 +120,7 @@ def _replay_n(group: TraceGroup, ns: Sequence[int], cfg: ReplayConfig,
                 index.append("own", tail)
                 cursor = Cursor(prompt, resp, counters[n][name], cfg.gamma_max)
                 _run_alone(cursor, _ours(index, drafter, cfg.gamma_max, BRANCHES[name]),
-                           lambda toks: index.append("own", toks))
+                           functools.partial(index.append, "own"))
                 index.remove_stream("own")
 
 

@@ -103,7 +103,8 @@ def fake_result(finish: list[float], tokens: list[int], busy_end: float, preempt
     responses = [{"id": f"{i}", "group": i // 2, "max_tokens": m, "finish_s": f, "tokens": t}
                  for i, (f, t, m) in enumerate(zip(finish, tokens, max_tokens))]
     return {"responses": responses, "busy_s": [0.0, busy_end], "steps": 9, "preemptions": preemptions,
-            "reprefill_tokens": reprefill, "vllm_version": "0.32.0", "engine_settings": {"block_size": 32, "num_gpu_blocks": 20},
+            "reprefill_tokens": reprefill, "vllm_version": "0.32.0",
+            "engine_settings": {"block_size": 32, "num_gpu_blocks": 20},
             "env": {}, "llm_kwargs": {}, "startup_s": 12.5, "cpus": "0", "process_wall_s": 20.0}
 
 

@@ -1,4 +1,5 @@
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seer.engine.block_manager import BlockManager
 from seer.engine.request import Request

@@ -53,7 +53,8 @@ def test_greedy_tokens_and_logprobs_match_transformers(tiny_dirs, family):
 def test_group_prefills_prompt_once(tiny_llama):
     e = engine(tiny_llama)
     prompt = list(range(3, 40))  # 37 tokens: 9 full blocks of 4 + 1
-    reqs = [e.add_request(prompt, SamplingParams(temperature=0.8, max_tokens=6, seed=i, ignore_eos=True)) for i in range(8)]
+    reqs = [e.add_request(prompt, SamplingParams(temperature=0.8, max_tokens=6, seed=i, ignore_eos=True))
+            for i in range(8)]
     e.run_until_done()
     assert e.stats.prompt_tokens_computed == 37 + 7 * 1
     assert all(r.num_output_tokens == 6 for r in reqs)

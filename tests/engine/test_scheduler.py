@@ -108,7 +108,7 @@ def test_rejects_impossible_requests():
 def test_abort_frees_blocks():
     s = make()
     s.add_request(req("a", [1, 2, 3, 4, 5], 50))
-    s.update_from_output(out := s.schedule(), {})
+    s.update_from_output(s.schedule(), {})
     s.abort("a")
     s.check_integrity()
     assert s.block_manager.num_free_blocks == 64 and not s.has_unfinished

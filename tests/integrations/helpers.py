@@ -86,8 +86,9 @@ class FakeSeerServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append({"path": self.path, "body": body})
                 if self.path == "/update_weights":
-                    from safetensors.torch import load_file
                     from pathlib import Path
+
+                    from safetensors.torch import load_file
                     files = sorted(Path(body["path"]).glob("*.safetensors"))
                     outer.loaded.append({k: v.clone() for f in files for k, v in load_file(str(f)).items()})
                     outer.version += 1

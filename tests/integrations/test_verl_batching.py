@@ -4,8 +4,16 @@ import pytest
 import torch
 
 from seer.integrations.verl.batching import (
-    RowSlot, SeerResponse, group_rows, group_seed, left_pad, pack_rows, position_ids_from_mask, sampling_params,
-    seer_options)
+    RowSlot,
+    SeerResponse,
+    group_rows,
+    group_seed,
+    left_pad,
+    pack_rows,
+    position_ids_from_mask,
+    sampling_params,
+    seer_options,
+)
 
 
 def test_interleaved_rows_fold_into_groups_in_order():

@@ -63,10 +63,10 @@ def trainer_batch(messages: list, n: int):
 
 
 def test_seer_is_registered_in_verl_registries():
-    import seer.integrations.verl as seer_verl
     from verl.workers.rollout.base import get_rollout_class
     from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry
 
+    import seer.integrations.verl as seer_verl
     from seer.integrations.verl.adapter import SeerServerAdapter
 
     assert seer_verl.register()

@@ -11,7 +11,14 @@ from seer.integrations.verl.rollout import SeerVerlRollout
 from seer.rollout.driver import GroupInput
 from seer.sampling_params import SamplingParams
 from tests.integrations.helpers import (
-    PROMPTS, FakeSeerServer, coordinator, object_array, permute, token_batch, verl_rollout_config)
+    PROMPTS,
+    FakeSeerServer,
+    coordinator,
+    object_array,
+    permute,
+    token_batch,
+    verl_rollout_config,
+)
 
 N = 3
 

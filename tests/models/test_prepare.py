@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from seer.models import prepare as prep
-from seer.utils.io import cache_dir
 from seer.models.prepare import (
     DEFAULT_MODEL,
     PREPARE_RECORD,
@@ -21,6 +20,7 @@ from seer.models.prepare import (
     prepare_model,
     sha256_file,
 )
+from seer.utils.io import cache_dir
 
 
 def test_unknown_name_lists_known_models(tmp_path: Path) -> None:

@@ -3,9 +3,9 @@
 import math
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import torch
 
 from seer.rl.advantages import group_advantages, grpo_advantages, uniform_groups
 

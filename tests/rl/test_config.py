@@ -1,6 +1,7 @@
 """Configs: YAML + dotted overrides into frozen dataclasses; unknown keys, wrong types and bad values fail
 clearly, naming the key."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ def test_overrides_are_typed_and_nested():
     assert cfg.reward.timeout_s is None and cfg.optim.betas == (0.9, 0.95)
     rc = cfg.rollout.to_rollout_config(seed=7)
     assert rc.policy == "seer" and rc.seed == 7 and rc.spec.adaptive is False
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.optim.lr = 1.0  # frozen
     assert from_dict(TrainConfig, to_dict(cfg)) == cfg  # round trip
 

@@ -4,12 +4,12 @@ a batch does not change them."""
 import pytest
 import torch
 
+from seer.engine.speculator import SpecConfig
 from seer.models.loader import load_model
 from seer.rl.logprobs import response_logprobs, response_logprobs_batched
 from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
 from seer.rollout.driver import GroupInput
 from seer.sampling_params import SamplingParams
-from seer.engine.speculator import SpecConfig
 
 
 def test_recomputed_logprobs_match_the_rollout(tiny):

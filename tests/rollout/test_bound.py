@@ -66,3 +66,14 @@ def test_fitted_bound_credits_drafts_up_to_tau():
     assert drafted.longest_s < plain.longest_s  # the fixed cost is shared by the tokens a verification emits
     with pytest.raises(ValueError):
         fitted_bound([], instances=1, cost=LINEAR)
+
+
+def test_fitted_work_pays_the_fixed_cost_for_the_steps_the_kv_budget_forces():
+    responses = [(100, 100)] * 8
+    free = fitted_bound(responses, instances=2, cost=LINEAR, max_tokens_per_seq=1)
+    tight = fitted_bound(responses, instances=2, cost=LINEAR, max_tokens_per_seq=1, kv_tokens=300)
+    contexts = 8 * sum(range(100, 200))
+    assert tight.work_s == pytest.approx(free.work_s + 0.010 * (contexts / 300) / 2)
+    # a sequence limit forces steps too: 800 tokens, at most 4 sequences a step
+    capped = fitted_bound(responses, instances=2, cost=LINEAR, max_tokens_per_seq=1, max_seqs=4)
+    assert capped.work_s == pytest.approx(free.work_s + 0.010 * (800 / 4) / 2)

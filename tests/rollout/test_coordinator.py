@@ -6,13 +6,12 @@ import signal
 import time
 
 import pytest
-import torch
 
+from seer.engine.speculator import SpecConfig
 from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
 from seer.rollout.driver import FaultPlan, GroupInput, RolloutStalled
-from seer.rollout.process_worker import WorkerSpec, _build
+from seer.rollout.instances.worker import WorkerSpec, _build
 from seer.sampling_params import SamplingParams
-from seer.engine.speculator import SpecConfig
 from tests.models.helpers import make_tiny_model_dir
 
 
@@ -111,6 +110,9 @@ def test_process_backend_matches_inprocess(tiny, reference, policy):
         out = c.rollout(groups(), policy=policy, progress=False)
     assert [len(v) for v in out.result.groups().values()] == [4] * 4
     assert [r.token_ids for r in out.result.responses] == reference
+    if policy == "seer":  # every backend reports its drafting, summed over the workers' replicas
+        spec = out.result.stats["spec"]
+        assert spec["steps"] > 0 and spec["tau"] >= 1.0 and spec["accepted"] <= spec["drafted"]
 
 
 def test_process_backend_survives_a_killed_instance(tiny, reference):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from seer.rollout.critical_path import CriticalPath, batch_speedup
+from seer.rollout.length_model import PopulationLength
 from seer.rollout.policies import UnknownPolicyError, get_policy
 from seer.rollout.request_buffer import DispatchConfig, RequestBuffer
-from seer.rollout.length_model import PopulationLength
 from seer.rollout.types import InstanceState, RequestState, RolloutRequest
 
 
@@ -71,7 +71,7 @@ def test_budgets_above_a_belief_do_not_hide_it() -> None:
 
 def test_the_buffer_estimates_unrevealed_groups_from_the_population() -> None:
     buf = RequestBuffer("context", chunk_tokens=16, dispatch=DispatchConfig(critical_speedup=flat))
-    for g in range(5):
+    for _ in range(5):
         group = buf.add_group(8, 4, 2000)
         for req in group.requests:
             req.state = RequestState.FINISHED

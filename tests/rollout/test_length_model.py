@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from seer.rollout.types import Group, RolloutRequest
 from seer.rollout.length_model import (
     MIN_SPREAD,
     PopulationLength,
@@ -17,6 +16,7 @@ from seer.rollout.length_model import (
     quantile_remaining,
     runaway_posterior,
 )
+from seer.rollout.types import Group, RolloutRequest
 
 
 def test_conditional_quantile_of_the_remaining_length() -> None:

@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("ray")
 
+from seer.rollout.backends.ray_cluster import RayBackend  # noqa: E402
 from seer.rollout.coordinator import RolloutConfig  # noqa: E402
-from seer.rollout.ray_backend import RayBackend  # noqa: E402
 
 
 class _Timeout(Exception):

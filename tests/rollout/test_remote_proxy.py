@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from seer.rollout.instance import ChunkStart, RequestSpec
-from seer.rollout.remote_proxy import RemoteInstanceProxy
+from seer.rollout.instances.base import ChunkStart, RequestSpec
+from seer.rollout.instances.remote import RemoteInstanceProxy
 from seer.rollout.types import Assignment, KVSource, RolloutRequest
 from seer.sampling_params import SamplingParams
 

@@ -24,7 +24,7 @@ from seer.engine.llm_engine import LLMEngine
 from seer.engine.scheduler import Scheduler
 from seer.engine.speculator import SpecConfig, Speculator
 from seer.rollout.driver import GroupInput, RolloutDriver
-from seer.rollout.engine_instance import EngineInstance
+from seer.rollout.instances.engine import EngineInstance
 from seer.rollout.kv_pool import LocalKVPool
 from seer.rollout.policies import get_policy
 from seer.sampling_params import SamplingParams

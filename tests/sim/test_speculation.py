@@ -107,8 +107,8 @@ def test_weighted_gains_send_drafts_to_the_critical_request() -> None:
 
 
 def test_model_speculator_weights_follow_remaining_hints() -> None:
-    from seer.engine.scheduler import Scheduler, SchedulerConfig
     from seer.engine.block_manager import BlockManager
+    from seer.engine.scheduler import Scheduler, SchedulerConfig
     from seer.sim.model_speculator import ModelSpeculator
     from seer.sim.speculation import SimSpecConfig
 

@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seer.spec.draft import Draft
-from seer.spec.draft_server import (DraftRequest, DraftRequestError, DraftServer, DraftServerConfig,
-                                    UnknownGroupError)
+from seer.spec.draft_server import DraftRequest, DraftRequestError, DraftServer, DraftServerConfig, UnknownGroupError
 
 PROMPT = [1, 2, 3]
 REF = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]

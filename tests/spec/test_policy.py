@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seer.spec.policy import (AcceptanceTracker, PolicyConfig, PolicyRequest, SpecPolicy, VerifyCostModel,
-                              t_sd)
+from seer.spec.policy import AcceptanceTracker, PolicyConfig, PolicyRequest, SpecPolicy, VerifyCostModel, t_sd
 
 BATCHES = [1, 4, 16, 64, 256]
 TOKENS = [1, 2, 4, 8, 9, 16]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator, Iterable
-import torch
 
+import torch
 from verl.workers.rollout.base import BaseRollout
 
 from seer.integrations.verl.batching import cfg_get, seer_options

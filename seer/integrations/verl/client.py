@@ -7,8 +7,9 @@ All three answer the same two calls, so the verl side never cares where Seer run
 - ``update_weights(state_dict_or_dir) -> int``: the synchronous weight barrier; returns the new version.
 
 ``InProcessClient`` wraps a ``RolloutCoordinator`` (tests, single-process trainers). ``HTTPClient`` speaks
-``seer serve``'s ``/v1/rollout`` (NDJSON, one line per finished group, then a ``done`` line) and ``/update_weights`` (a safetensors
-directory: a state dict is written under ``weights_dir`` first, which the server must be able to read).
+``seer serve``'s ``/v1/rollout`` (NDJSON, one line per finished group, then a ``done`` line) and
+``/update_weights`` (a safetensors directory: a state dict is written under ``weights_dir`` first, which the
+server must be able to read).
 ``RayActorClient`` drives a named ``SeerRolloutActor`` that hosts a coordinator inside verl's Ray cluster, so
 the driver (rollouts) and the training workers (weight pushes) reach the same Seer from different processes.
 """

@@ -25,7 +25,14 @@ import numpy as np
 import torch
 
 from seer.integrations.verl.batching import (
-    SeerResponse, cfg_get, group_rows, group_seed, left_pad, pack_rows, sampling_params)
+    SeerResponse,
+    cfg_get,
+    group_rows,
+    group_seed,
+    left_pad,
+    pack_rows,
+    sampling_params,
+)
 from seer.rollout.driver import GroupInput
 
 GREEDY = "greedy"

@@ -27,7 +27,7 @@ from typing import Protocol
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
 from seer.engine.speculator import Speculator
-from seer.rollout.instance import ChunkEvent, ChunkStart, Instance, StepReport
+from seer.rollout.instances.base import ChunkEvent, ChunkStart, Instance, StepReport
 from seer.rollout.types import InstanceState, KVSource
 
 

@@ -1,6 +1,6 @@
 """Instances as separate processes on this machine: real parallelism, wall-clock time.
 
-Each instance process (``process_worker``) owns an engine with its own torch threads (one each by default, so
+Each instance process (``instances/worker.py``) owns an engine with its own torch threads (one each by default, so
 two instances use the two cores of a small machine). The coordinator keeps the request buffer and the rollout
 driver; it reacts to step reports as they arrive, forwards each instance's new tokens to the other instances'
 draft-server replicas (drafts may be a step stale, never wrong), and moves KV between instances through a
@@ -15,46 +15,17 @@ import signal
 import time
 from multiprocessing.connection import wait
 
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled
+from seer.rollout.backends.base import Backend, profile_here
+from seer.rollout.driver import FaultPlan, RolloutDriver, RolloutStalled
 from seer.rollout.file_pool import FileKVPool
-from seer.rollout.instance import ChunkStart, InstanceLost
+from seer.rollout.instances.base import ChunkStart, Instance, InstanceLost
+from seer.rollout.instances.remote import RemoteInstanceProxy
+from seer.rollout.instances.worker import WorkerSpec, worker_main
 from seer.rollout.policies import RolloutPolicy
-from seer.rollout.process_worker import WorkerSpec, worker_main
-from seer.rollout.remote_proxy import RemoteInstanceProxy
 from seer.rollout.stall import StallWatch
 from seer.spec.policy import VerifyCostModel
 
 READY_TIMEOUT_S = 600.0
-
-
-def step_profile(backend) -> dict:
-    """The instances' verify-cost profile, kept on ``backend`` (a process or Ray backend): reading even the
-    cached one builds a whole engine here, so it is done once per backend, not per rollout."""
-    if getattr(backend, "_profile", None) is None:
-        backend._profile = verify_cost_profile(backend.model, backend.engine_kwargs)
-    return backend._profile
-
-
-def critical_cost(backend, policy: RolloutPolicy) -> VerifyCostModel | None:
-    """The step profile critical-path placement needs, when ``policy`` uses it."""
-    return VerifyCostModel.from_profile(step_profile(backend)) if policy.critical else None
-
-
-def verify_cost_profile(model: str, engine_kwargs: dict) -> dict:
-    """The verify-cost profile of one instance as configured (measured once here, cached on disk)."""
-    import torch
-
-    from seer.utils.io import cache_dir
-    from seer.engine.config import EngineConfig
-    from seer.engine.llm_engine import LLMEngine
-    from seer.engine.profiler import profile_verify_cost
-
-    threads = torch.get_num_threads()
-    try:
-        engine = LLMEngine(EngineConfig(model=model, **engine_kwargs))
-        return profile_verify_cost(engine, cache_dir=cache_dir() / "profiles").to_profile()
-    finally:
-        torch.set_num_threads(threads)
 
 
 class WorkerProxy(RemoteInstanceProxy):
@@ -116,12 +87,11 @@ class BroadcastDrafts:
                 p.conn.send(("finish_group", gid))
 
 
-class ProcessBackend:
+class ProcessBackend(Backend):
     def __init__(self, model: str, config, pool) -> None:
         from seer.engine.config import EngineConfig
 
-        self.model = model
-        self.config = config
+        super().__init__(model, config)
         kwargs = config.engine_kwargs()
         if kwargs.get("num_threads") is None:
             kwargs["num_threads"] = max(1, (os.cpu_count() or 1) // config.instances)
@@ -130,7 +100,6 @@ class ProcessBackend:
                              f"{os.cpu_count()} (use --backend inprocess or ray for more)")
         EngineConfig(model=model, **kwargs)  # validate before spawning anything
         self.engine_kwargs = kwargs
-        self._profile: dict | None = None  # step_profile()
         self.pool = FileKVPool.create(int(config.pool_budget_gb * 2**30), config.spill_dir)
         self.ctx = mp.get_context("spawn")
         self.proxies: dict[int, WorkerProxy] = {}
@@ -143,7 +112,7 @@ class ProcessBackend:
         if self.proxies and key == self._spec_key and all(p.proc.is_alive() for p in self.proxies.values()):
             return
         self.close_workers()
-        profile = step_profile(self) if spec is not None and spec.adaptive else None
+        profile = self.verify_cost().to_profile() if spec is not None and spec.adaptive else None
         pool_dirs = (str(self.pool.memory_dir), str(self.pool.spill_dir), self.pool.budget_bytes)
         pending = {}
         for iid in range(self.config.instances):
@@ -191,24 +160,24 @@ class ProcessBackend:
             raise RuntimeError(f"instances ended on different weight versions {versions}")
         return versions.pop()
 
-    def set_pool(self, pool) -> None:
-        pass  # instances share the file pool; stale entries were dropped with the old weights' requests
+    def _measure_cost(self) -> VerifyCostModel:
+        return profile_here(self.model, self.engine_kwargs)
 
     # ------------------------------------------------------------------ live rollout
-    def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
-            fault: FaultPlan | None, listener: RolloutListener | None = None) -> RolloutResult:
-        from tqdm.auto import tqdm
-
+    def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], BroadcastDrafts | None]:
         self._spawn(policy)
-        proxies = dict(self.proxies)
-        for p in proxies.values():
+        for p in self.proxies.values():
             p.conn.send(("begin",))
-        self.pool.clear()  # request ids restart each rollout: an old entry would pass for a new request's KV
-        bar = tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
-                   unit="resp")
-        driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens,
-                               **self.config.driver_kwargs(policy, critical_cost(self, policy)),
-                               draft_server=BroadcastDrafts(proxies) if policy.speculative else None, listener=listener)
+        return list(self.proxies.values()), BroadcastDrafts(self.proxies) if policy.speculative else None
+
+    def _clear_kv(self) -> None:
+        self.pool.clear()
+
+    def _drop_kv(self, request_id: int) -> None:
+        self.pool.drop(request_id)
+
+    def _drive(self, driver: RolloutDriver, policy: RolloutPolicy, fault: FaultPlan | None) -> None:
+        proxies = dict(self.proxies)
         if policy.speculative:
             prompts = {str(sp.group_id): sp.prompt_token_ids for sp in driver.specs.values()}
             for p in proxies.values():
@@ -217,30 +186,18 @@ class ProcessBackend:
         driver.begin()
         killed = False
         watch = StallWatch(self.config.stall_timeout_s)
-        try:
-            while not driver.done:
-                if fault is not None and not killed and time.time() - t0 >= fault.at_s:
-                    os.kill(proxies[fault.instance_id].proc.pid, signal.SIGKILL)
-                    proxies[fault.instance_id].proc.join(10)  # an injected fault is noticed at once
-                    killed = True
-                msgs = self._collect(proxies, timeout=min(0.5, watch.left_s()))
-                for iid, msg in msgs:
-                    self._on_message(driver, proxies, iid, msg, t0, policy, watch)
-                for iid, p in list(proxies.items()):
-                    if iid in driver.alive and not p.proc.is_alive():
-                        driver.now = time.time() - t0
-                        driver.on_instance_lost(iid)
-                bar.update(driver.buffer.num_finished - bar.n)
-                watch.check(driver)
-        finally:
-            bar.close()
-        for p in proxies.values():
-            for rid in p.resident():
-                if p.proc.is_alive():
-                    p.release(rid)
-        for rid in driver.aborted:
-            self.pool.drop(rid)  # KV an aborted request had parked in the pool
-        return driver.result()
+        while not driver.done:
+            if fault is not None and not killed and time.time() - t0 >= fault.at_s:
+                os.kill(proxies[fault.instance_id].proc.pid, signal.SIGKILL)
+                proxies[fault.instance_id].proc.join(10)  # an injected fault is noticed at once
+                killed = True
+            for iid, msg in self._collect(proxies, timeout=min(0.5, watch.left_s())):
+                self._on_message(driver, proxies, iid, msg, t0, policy, watch)
+            for iid, p in list(proxies.items()):
+                if iid in driver.alive and not p.proc.is_alive():
+                    driver.now = time.time() - t0
+                    driver.on_instance_lost(iid)
+            watch.check(driver)
 
     def _collect(self, proxies: dict[int, WorkerProxy], timeout: float) -> list[tuple[int, tuple]]:
         out = [(iid, m) for iid, p in proxies.items() for m in p.inbox]

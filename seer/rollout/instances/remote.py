@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 from collections import deque
 
-from seer.rollout.instance import ChunkStart, Instance, StepReport
+from seer.rollout.instances.base import ChunkStart, Instance, StepReport
 from seer.rollout.types import InstanceState
 
 

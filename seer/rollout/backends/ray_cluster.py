@@ -15,14 +15,15 @@ from __future__ import annotations
 import os
 import time
 
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult, RolloutStalled
-from seer.rollout.instance import ChunkStart, InstanceLost
+from seer.rollout.backends.base import Backend, profile_here
+from seer.rollout.driver import FaultPlan, RolloutDriver, RolloutStalled
+from seer.rollout.instances.base import ChunkStart, Instance, InstanceLost
+from seer.rollout.instances.remote import RemoteInstanceProxy
+from seer.rollout.instances.worker import WorkerSpec, snapshot
 from seer.rollout.kv_pool import KVPool, PoolStats
 from seer.rollout.policies import RolloutPolicy
-from seer.rollout.process_backend import critical_cost, step_profile
-from seer.rollout.process_worker import WorkerSpec, snapshot
-from seer.rollout.remote_proxy import RemoteInstanceProxy
 from seer.rollout.stall import StallWatch
+from seer.spec.policy import VerifyCostModel
 
 CALL_TIMEOUT_S = 600.0
 
@@ -70,7 +71,7 @@ class InstanceActor:
     """The body of a Ray actor (wrapped with ``ray.remote`` at runtime)."""
 
     def __init__(self, spec: WorkerSpec) -> None:
-        from seer.rollout.process_worker import _build
+        from seer.rollout.instances.worker import _build
 
         os.environ.setdefault("OMP_NUM_THREADS", str(spec.engine_kwargs.get("num_threads") or 1))
         self.inst = _build(spec)
@@ -157,8 +158,9 @@ class ActorProxy(RemoteInstanceProxy):
         return dict(super().stats(), node=self.snap.get("node"))  # the Ray node the instance runs on
 
 
-class RayBackend:
+class RayBackend(Backend):
     def __init__(self, model: str, config, pool) -> None:
+        super().__init__(model, config)
         try:
             import ray
         except ImportError as err:
@@ -171,13 +173,10 @@ class RayBackend:
             else:
                 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, ignore_reinit_error=True)
         self.ray = ray
-        self.model = model
-        self.config = config
         kwargs = config.engine_kwargs()
         if kwargs.get("num_threads") is None:
             kwargs["num_threads"] = 1
         self.engine_kwargs = kwargs
-        self._profile: dict | None = None  # step_profile()
         self.cpus_per_actor = float(os.environ.get("SEER_RAY_CPUS_PER_ACTOR", "0.5"))
         self.proxies: dict[int, ActorProxy] = {}
         self.handoff: dict[int, object] = {}  # request id -> object ref of its evicted KV (the pool between actors)
@@ -189,9 +188,7 @@ class RayBackend:
         if self.proxies and self._key == spec:
             return
         self.close_actors()
-        profile = None
-        if spec is not None and spec.adaptive:
-            profile = step_profile(self)
+        profile = self.verify_cost().to_profile() if spec is not None and spec.adaptive else None
         # SPREAD: instances go to different nodes where the cluster has several, so a rollout uses them all
         actor_cls = ray.remote(num_cpus=self.cpus_per_actor, scheduling_strategy="SPREAD")(InstanceActor)
         handoff = self.handoff
@@ -222,77 +219,70 @@ class RayBackend:
             raise RuntimeError(f"instances loaded different weight versions: {versions}")
         return versions[0]
 
-    def set_pool(self, pool) -> None:
-        pass
+    def _measure_cost(self) -> VerifyCostModel:
+        return profile_here(self.model, self.engine_kwargs)
 
-    def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
-            fault: FaultPlan | None, listener: RolloutListener | None = None) -> RolloutResult:
-        from tqdm.auto import tqdm
-
-        ray = self.ray
+    def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], _ActorDrafts | None]:
         self._spawn(policy)
-        proxies = dict(self.proxies)
-        ray.get([p.actor.begin.remote() for p in proxies.values()], timeout=CALL_TIMEOUT_S)
-        self.handoff.clear()  # request ids restart each rollout: an old entry would pass for a new request's KV
-        driver = RolloutDriver(policy, list(proxies.values()), groups, chunk_tokens,
-                               **self.config.driver_kwargs(policy, critical_cost(self, policy)),
-                               draft_server=_ActorDrafts(proxies) if policy.speculative else None, listener=listener)
+        self.ray.get([p.actor.begin.remote() for p in self.proxies.values()], timeout=CALL_TIMEOUT_S)
+        return list(self.proxies.values()), _ActorDrafts(self.proxies) if policy.speculative else None
+
+    def _clear_kv(self) -> None:
+        self.handoff.clear()
+
+    def _drop_kv(self, request_id: int) -> None:
+        self.handoff.pop(request_id, None)
+
+    def _drive(self, driver: RolloutDriver, policy: RolloutPolicy, fault: FaultPlan | None) -> None:
+        ray, proxies = self.ray, dict(self.proxies)
         if policy.speculative:
             prompts = [(str(sp.group_id), sp.prompt_token_ids) for sp in driver.specs.values()]
             ray.get([p.actor.register.remote(prompts) for p in proxies.values()], timeout=CALL_TIMEOUT_S)
-        bar = tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
-                   unit="resp")
         t0 = time.time()
         driver.begin()
         in_flight: dict[object, int] = {}
         killed = False
         watch = StallWatch(self.config.stall_timeout_s)
+        while not driver.done:
+            if fault is not None and not killed and time.time() - t0 >= fault.at_s:
+                ray.kill(proxies[fault.instance_id].actor)
+                killed = True
+            for iid in sorted(driver.alive):
+                if iid not in in_flight.values() and proxies[iid].has_work():
+                    in_flight[proxies[iid].actor.step.remote()] = iid
+            if not in_flight:
+                raise RolloutStalled(driver._diagnose())
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=watch.left_s())
+            if ready:
+                iid = in_flight.pop(ready[0])
+                self._on_step(driver, proxies, iid, ready[0], t0, policy, watch)
+            watch.check(driver)
+
+    def _on_step(self, driver: RolloutDriver, proxies: dict[int, ActorProxy], iid: int, ref: object, t0: float,
+                 policy: RolloutPolicy, watch: StallWatch) -> None:
+        """One actor's step came back: its report goes to the driver, its new tokens to the other replicas."""
+        ray = self.ray
         try:
-            while not driver.done:
-                if fault is not None and not killed and time.time() - t0 >= fault.at_s:
-                    ray.kill(proxies[fault.instance_id].actor)
-                    killed = True
-                for iid in sorted(driver.alive):
-                    if iid not in in_flight.values() and proxies[iid].has_work():
-                        in_flight[proxies[iid].actor.step.remote()] = iid
-                if not in_flight:
-                    raise RolloutStalled(driver._diagnose())
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=watch.left_s())
-                if not ready:
-                    watch.check(driver)
-                    continue
-                ref = ready[0]
-                iid = in_flight.pop(ref)
-                try:
-                    out = ray.get(ref, timeout=CALL_TIMEOUT_S)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
-                    driver.now = time.time() - t0
-                    driver.on_instance_lost(iid)
-                    continue
-                if out is None:
-                    proxies[iid].snap["has_work"] = False
-                    continue
-                start, end, rep, snap = out
-                proxies[iid].refresh(snap)
-                driver.now = end - t0
-                if policy.speculative and rep.new_tokens:
-                    updates = [(str(driver.specs[r].group_id), str(r), toks) for r, toks in rep.new_tokens]
-                    for other in driver.alive - {iid}:
-                        proxies[other].actor.feed.remote(updates)
-                rep.duration_s = end - start
-                watch.heard(iid, rep)
-                driver.on_step(iid, start - t0, rep)
-                if rep.stalled and not rep.scheduled_tokens:
-                    driver.relieve(iid)
-                bar.update(driver.buffer.num_finished - bar.n)
-                watch.check(driver)
-        finally:
-            bar.close()
-        for p in proxies.values():
-            for rid in p.resident():
-                p.release(rid)
-        self.handoff.clear()  # KV of aborted requests, parked between actors
-        return driver.result()
+            out = ray.get(ref, timeout=CALL_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
+            driver.now = time.time() - t0
+            driver.on_instance_lost(iid)
+            return
+        if out is None:
+            proxies[iid].snap["has_work"] = False
+            return
+        start, end, rep, snap = out
+        proxies[iid].refresh(snap)
+        driver.now = end - t0
+        if policy.speculative and rep.new_tokens:
+            updates = [(str(driver.specs[r].group_id), str(r), toks) for r, toks in rep.new_tokens]
+            for other in driver.alive - {iid}:
+                proxies[other].actor.feed.remote(updates)
+        rep.duration_s = end - start
+        watch.heard(iid, rep)
+        driver.on_step(iid, start - t0, rep)
+        if rep.stalled and not rep.scheduled_tokens:
+            driver.relieve(iid)
 
     def close_actors(self) -> None:
         for p in self.proxies.values():

@@ -40,8 +40,8 @@ def _build(spec: WorkerSpec):
     from seer.engine.config import EngineConfig
     from seer.engine.llm_engine import LLMEngine
     from seer.engine.speculator import Speculator
-    from seer.rollout.engine_instance import EngineInstance
     from seer.rollout.file_pool import FileKVPool
+    from seer.rollout.instances.engine import EngineInstance
     from seer.spec.draft_server import DraftServer
     from seer.spec.policy import PolicyConfig, SpecPolicy, VerifyCostModel
 

@@ -19,8 +19,8 @@ from seer.engine.llm_engine import LLMEngine
 from seer.engine.request import Request
 from seer.engine.scheduler import SchedulerOutput, StepResult
 from seer.engine.speculator import Speculator
+from seer.rollout.instances.scheduled import ScheduledInstance, StepPricer
 from seer.rollout.kv_pool import KVPool
-from seer.rollout.scheduled_instance import ScheduledInstance, StepPricer
 
 _DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16)}
 

@@ -1,0 +1,27 @@
+"""Where a rollout's instances run: in this process (virtual time), local processes, or Ray actors.
+
+``Backend`` (``base.py``) holds the rollout loop all three share; each module here says only how its instances
+are made ready and how their steps are driven.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seer.rollout.backends.base import Backend
+
+BACKENDS = ("inprocess", "local", "ray")
+
+
+def make_backend(name: str, model: str, config: Any, pool: Any) -> Backend:
+    """The backend ``name`` for ``model`` under a ``RolloutConfig``; ``pool``: the coordinator's KV pool."""
+    if name == "inprocess":
+        from seer.rollout.backends.inprocess import InProcessBackend
+        return InProcessBackend(model, config, pool)
+    if name == "local":
+        from seer.rollout.backends.local import ProcessBackend
+        return ProcessBackend(model, config, pool)
+    if name == "ray":
+        from seer.rollout.backends.ray_cluster import RayBackend
+        return RayBackend(model, config, pool)
+    raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")

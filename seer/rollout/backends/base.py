@@ -1,0 +1,149 @@
+"""How every backend runs a rollout, whatever runs its instances: the one rollout loop of the runtime.
+
+Around the steps, every backend does the same things, and they live here once (``Backend.run``): make its
+instances ready for this policy and restart their per-rollout counters; empty the KV pool (request ids restart
+each rollout, so an old entry would pass for a new request's KV); build the driver with the policy's ordering,
+dispatch and critical-path settings; show progress; drive steps until every group has its G responses; then
+release the KV instances still hold and the pool entries of aborted requests, and attach the drafting stats.
+A backend says only how its instances are made ready (``_prepare``), how steps are driven (``_drive``) and where
+its pool lives (``_clear_kv``, ``_drop_kv``).
+
+In-process instances run on virtual time (each instance's measured step durations, one clock each), so faults
+are injected by the driver at a virtual time; local processes and Ray actors run on the wall clock, and their
+loops inject faults themselves.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult
+from seer.rollout.instances.base import Instance
+from seer.rollout.policies import RolloutPolicy
+from seer.spec.metrics import SpecCounters
+from seer.spec.policy import VerifyCostModel
+
+
+class Backend(abc.ABC):
+    virtual_time = False  # True: steps are timed per instance and the driver injects faults
+
+    def __init__(self, model: str, config: Any) -> None:
+        self.model = model
+        self.config = config
+        self._cost: VerifyCostModel | None = None
+
+    # ------------------------------------------------------------------ weights and the step profile
+    @abc.abstractmethod
+    def weight_versions(self) -> list[int]:
+        """The weight version of every instance (one entry each)."""
+
+    @abc.abstractmethod
+    def update_weights(self, source: Any, version: int | None = None) -> int:
+        """Load new weights on every instance; returns the version they all hold."""
+
+    def set_pool(self, pool: Any) -> None:
+        """The coordinator replaced its pool (new weights): backends whose instances use it take the new one."""
+
+    def verify_cost(self) -> VerifyCostModel:
+        """The instances' profiled step cost T(B, n): measured once, cached on disk and here."""
+        if self._cost is None:
+            self._cost = self._measure_cost()
+        return self._cost
+
+    @abc.abstractmethod
+    def _measure_cost(self) -> VerifyCostModel:
+        """Profile (or read the cached profile of) one instance as configured."""
+
+    # ------------------------------------------------------------------ the rollout template
+    def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
+            fault: FaultPlan | None, listener: RolloutListener | None = None) -> RolloutResult:
+        instances, drafts = self._prepare(policy)
+        self._clear_kv()
+        cost = self.verify_cost() if policy.critical else None
+        with tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
+                  unit="resp") as bar:
+            driver = RolloutDriver(policy, instances, groups, chunk_tokens, **self.config.driver_kwargs(policy, cost),
+                                   on_progress=_progress(bar), fault=fault if self.virtual_time else None,
+                                   draft_server=drafts, listener=listener)
+            self._drive(driver, policy, None if self.virtual_time else fault)
+            bar.update(driver.buffer.num_finished - bar.n)
+        for inst in instances:  # a proxy of a dead instance ignores the call: its KV is gone anyway
+            for rid in inst.resident():
+                inst.release(rid)
+        for rid in driver.aborted:
+            self._drop_kv(rid)  # KV an aborted request had parked in the pool
+        result = driver.result()
+        if policy.speculative:
+            result.stats["spec"] = self._spec_stats(drafts, result)
+        return result
+
+    @abc.abstractmethod
+    def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], Any]:
+        """Instances ready for a rollout under ``policy`` (counters restarted), and the draft service the
+        driver tells when a group finishes (None without drafting)."""
+
+    @abc.abstractmethod
+    def _drive(self, driver: RolloutDriver, policy: RolloutPolicy, fault: FaultPlan | None) -> None:
+        """Run steps until ``driver.done``; ``fault``: kill an instance at that wall time (wall-clock backends)."""
+
+    @abc.abstractmethod
+    def _clear_kv(self) -> None:
+        """Empty the pool KV moves through between instances."""
+
+    @abc.abstractmethod
+    def _drop_kv(self, request_id: int) -> None:
+        """Drop one request's pool entry, if any."""
+
+    @staticmethod
+    def _spec_stats(drafts: Any, result: RolloutResult) -> dict:
+        """Drafting stats: the draft server's own (per group included) where it runs here, else the instances'
+        summed verification counters (tau and acceptance; remote replicas keep their per-group counters)."""
+        metrics = getattr(drafts, "metrics", None)
+        if metrics is not None:
+            return metrics.as_dict()
+        total = SpecCounters()
+        for st in result.stats["instances"].values():
+            total.drafted += int(st.get("spec_drafted", 0))
+            total.accepted += int(st.get("spec_accepted", 0))
+            total.bonus += int(st.get("spec_bonus", 0))
+            total.steps += int(st.get("spec_steps", 0))
+        out = total.as_dict()
+        for unknown in ("plain_steps", "tokens_per_step"):  # remote instances do not count plain steps
+            out.pop(unknown)
+        return out
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop the instances and free what they hold."""
+
+
+def profile_here(model: str, engine_kwargs: dict) -> VerifyCostModel:
+    """The step profile of one instance as configured, measured in this process (or read from the disk cache)
+    for backends whose instances run elsewhere; the torch thread count is restored afterwards."""
+    import torch
+
+    from seer.engine.config import EngineConfig
+    from seer.engine.llm_engine import LLMEngine
+    from seer.engine.profiler import profile_verify_cost
+    from seer.utils.io import cache_dir
+
+    threads = torch.get_num_threads()
+    try:
+        engine = LLMEngine(EngineConfig(model=model, **engine_kwargs))
+        return profile_verify_cost(engine, cache_dir=cache_dir() / "profiles")
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _progress(bar: tqdm):
+    """The driver's progress callback: finished responses, and tokens per second of rollout time."""
+
+    def update(driver: RolloutDriver) -> None:
+        bar.update(driver.buffer.num_finished - bar.n)
+        bar.set_postfix(tok_s=f"{driver.counters['emitted'] / max(driver.now, 1e-9):.0f}",
+                        running=driver.buffer.num_running, queued=driver.buffer.num_buffered)
+
+    return update

@@ -1,0 +1,70 @@
+"""Instances in this process, taking turns on the CPU/GPU; time is each instance's measured step time.
+
+Used by tests, trace-replay benchmarks and single-machine runs where determinism matters more than wall time:
+each instance keeps its own virtual clock (its steps' measured durations, drafting and KV movement included),
+so eight instances on one core are timed as eight accelerators would be.
+"""
+
+from __future__ import annotations
+
+from seer.engine.config import EngineConfig
+from seer.engine.llm_engine import LLMEngine
+from seer.engine.speculator import Speculator
+from seer.rollout.backends.base import Backend
+from seer.rollout.driver import FaultPlan, RolloutDriver
+from seer.rollout.instances.base import Instance
+from seer.rollout.instances.engine import EngineInstance
+from seer.rollout.kv_pool import KVPool
+from seer.rollout.policies import RolloutPolicy
+from seer.spec.draft_server import DraftServer
+from seer.spec.policy import PolicyConfig, SpecPolicy, VerifyCostModel
+
+
+class InProcessBackend(Backend):
+    virtual_time = True
+
+    def __init__(self, model: str, config, pool: KVPool) -> None:
+        super().__init__(model, config)
+        self.pool = pool
+        self.engines = [LLMEngine(EngineConfig(model=model, **config.engine_kwargs()))
+                        for _ in range(config.instances)]
+
+    def weight_versions(self) -> list[int]:
+        return [e.weight_version for e in self.engines]
+
+    def update_weights(self, source, version: int | None = None) -> int:
+        versions = {e.update_weights(source, version) for e in self.engines}
+        return versions.pop()
+
+    def set_pool(self, pool: KVPool) -> None:
+        self.pool = pool
+
+    def _measure_cost(self) -> VerifyCostModel:
+        from seer.engine.profiler import profile_verify_cost
+        from seer.utils.io import cache_dir
+
+        return profile_verify_cost(self.engines[0], cache_dir=cache_dir() / "profiles")
+
+    def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], DraftServer | None]:
+        server = DraftServer() if policy.speculative else None
+        instances: list[Instance] = []
+        for i, engine in enumerate(self.engines):
+            spec = None
+            if server is not None:
+                cfg = self.config.spec
+                adapt = SpecPolicy(self.verify_cost(), PolicyConfig(gamma_max=cfg.gamma_max)) if cfg.adaptive else None
+                spec = Speculator(server, adapt, cfg)
+            instances.append(EngineInstance(i, engine, self.pool, spec))  # new instances: counters start at 0
+        return instances, server
+
+    def _drive(self, driver: RolloutDriver, policy: RolloutPolicy, fault: FaultPlan | None) -> None:
+        driver.run()
+
+    def _clear_kv(self) -> None:
+        self.pool.clear()
+
+    def _drop_kv(self, request_id: int) -> None:
+        self.pool.drop(request_id)
+
+    def close(self) -> None:
+        self.engines.clear()
