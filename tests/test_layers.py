@@ -35,7 +35,7 @@ def test_the_library_does_not_import_the_command_layer() -> None:
 
 def test_the_control_plane_imports_no_torch() -> None:
     modules = ["seer.engine.scheduler", "seer.engine.block_manager", "seer.rollout.request_buffer",
-               "seer.rollout.context_scheduler", "seer.rollout.critical_path", "seer.rollout.driver",
+               "seer.rollout.orderings", "seer.rollout.critical_path", "seer.rollout.driver",
                "seer.rollout.kv_pool", "seer.rollout.stall", "seer.rollout.step_cost", "seer.rollout.bound",
                "seer.spec.suffix_tree", "seer.spec.draft_server", "seer.sim.simulate"]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from seer.cli.common import resolve_model, write_json
-from seer.rollout.context_scheduler import CONTEXT_RANKS, OrderingConfig
+from seer.rollout.orderings import CONTEXT_RANKS, OrderingConfig
 
 
 def add_rollout_args(p: argparse.ArgumentParser) -> None:
@@ -59,8 +59,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def rollout_config(args: argparse.Namespace, policy: str, num_kv_blocks: int | None = None):
-    from seer.rollout.context_scheduler import OrderingConfig
     from seer.rollout.coordinator import RolloutConfig
+    from seer.rollout.orderings import OrderingConfig
 
     return RolloutConfig(policy=policy, instances=args.instances, backend=args.backend,
                          chunk_tokens=args.chunk_tokens, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,

@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from seer.cli.common import write_json
-from seer.rollout.context_scheduler import CONTEXT_RANKS, OrderingConfig
 from seer.rollout.metrics import REFERENCE_RATIOS, ratio_key
+from seer.rollout.orderings import CONTEXT_RANKS, OrderingConfig
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -27,7 +27,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from seer.rollout.context_scheduler import OrderingConfig
 from seer.rollout.instances.base import (
     ChunkEvent,
     ChunkStart,
@@ -38,6 +37,7 @@ from seer.rollout.instances.base import (
     merge_stalled,
 )
 from seer.rollout.metrics import ResponseRecord, RolloutMetrics, compute_metrics
+from seer.rollout.orderings import OrderingConfig
 from seer.rollout.policies import RolloutPolicy, instance_of_group
 from seer.rollout.request_buffer import RequestBuffer
 from seer.rollout.types import FINISH_ABORT, Assignment, KVSource, RequestState, RolloutRequest, chunk_blocks_needed

@@ -1,6 +1,6 @@
 """The within-group length model behind context-aware ranking: log-normal siblings, right-censored observations.
 
-Why a module of its own: the context ordering (``context_scheduler.py``) only needs "how much does this request
+Why a module of its own: the context ordering (``orderings/context.py``) only needs "how much does this request
 still have to generate", but answering it takes a small statistical model that deserves its own tests. Lengths of
 one group are LogNormal(mu_g, s). A finished sibling is an observation; an unfinished one that has generated c
 tokens is right-censored at c (it is known to be longer). From these come the group's median (``censored_median``),

@@ -7,7 +7,7 @@ three switches:
   False, groups are split evenly across instances up front and each instance runs its share to completion with
   continuous batching and recompute preemption (veRL).
 - `ordering`: which buffered request runs next (`fifo`, `context`, `group-oracle`, `oracle`; see
-  context_scheduler.py). `group-oracle` and `oracle` are references that read the replayed true lengths.
+  orderings/). `group-oracle` and `oracle` are references that read the replayed true lengths.
 - `speculative`: grouped speculative decoding from sibling suffix trees (technique 3).
 - `critical`: critical-path placement (critical_path.py): the responses the ordering expects to end last each
   run on an instance of their own. Any divided policy takes it as a suffix: `seer+critical`, `oracle+critical`.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from seer.rollout.context_scheduler import ORDERINGS
+from seer.rollout.orderings import ORDERINGS
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ move work without re-prefill. Admission is strict: a chunk is placed only where 
 so instances never preempt.
 
 The buffer is the single source of truth for where each request is (buffered, running on instance i, finished)
-and for group progress; an `Ordering` (context_scheduler.py) decides which buffered request goes next, and
+and for group progress; an `Ordering` (orderings/) decides which buffered request goes next, and
 `select` decides where: the instance that already holds the request's KV if the chunk fits there, otherwise the
 instance with the most free KV (then fewest running), the KV moving through the pool. A holder running more than
 `affinity_spread` requests beyond the least loaded live instance is overloaded: the least loaded instance takes
@@ -31,9 +31,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from seer.rollout.context_scheduler import Ordering, OrderingConfig, make_ordering
 from seer.rollout.critical_path import CriticalPath
 from seer.rollout.length_model import PopulationLength
+from seer.rollout.orderings import Ordering, OrderingConfig, make_ordering
 from seer.rollout.types import (
     FINISH_ABORT,
     FINISH_LENGTH,

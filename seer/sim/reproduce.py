@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from seer.rollout.context_scheduler import CONTEXT_RANKS
+from seer.rollout.orderings import CONTEXT_RANKS
 from seer.sim.fitted import preset_setup
 from seer.sim.simulate import SimConfig, run_policy, simulate
 from seer.sim.workloads import PRESETS

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seer.rollout.context_scheduler import OrderingConfig
+from seer.rollout.orderings import OrderingConfig
 from seer.rollout.request_buffer import DispatchConfig, RequestBuffer
 from seer.rollout.types import InstanceState, RequestState, blocks_for
 

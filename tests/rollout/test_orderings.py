@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from seer.rollout.context_scheduler import ORDERINGS, OrderingConfig, make_ordering
 from seer.rollout.length_model import censored_median, quantile_remaining
+from seer.rollout.orderings import ORDERINGS, OrderingConfig, make_ordering
 from seer.rollout.request_buffer import RequestBuffer
 
 from .helpers import order, run_chunk
