@@ -36,8 +36,9 @@ def test_the_library_does_not_import_the_command_layer() -> None:
 def test_the_control_plane_imports_no_torch() -> None:
     modules = ["seer.engine.scheduler", "seer.engine.block_manager", "seer.rollout.request_buffer",
                "seer.rollout.orderings", "seer.rollout.critical_path", "seer.rollout.driver",
-               "seer.rollout.kv_pool", "seer.rollout.stall", "seer.rollout.step_cost", "seer.rollout.bound",
-               "seer.spec.suffix_tree", "seer.spec.draft_server", "seer.sim.simulate"]
+               "seer.rollout.kv_pool", "seer.rollout.stall", "seer.rollout.virtual_time",
+               "seer.rollout.step_cost", "seer.rollout.bound", "seer.spec.suffix_tree", "seer.spec.draft_server",
+               "seer.sim.simulate"]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -212,7 +212,7 @@ def in_worker_thread(fn: Any) -> Any:
 def measure_inproc(model_dir: Path, workload: dict[str, Any], settings: dict[str, Any], opts: dict[str, Any],
                    quiet_wait_s: float) -> dict[str, Any]:
     from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
-    from seer.rollout.driver import GroupInput
+    from seer.rollout.types import GroupInput
     from seer.sampling_params import SamplingParams
 
     config = RolloutConfig(policy=opts["policy"], instances=opts["instances"], backend="inprocess",

@@ -42,7 +42,7 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
 
 
 def _groups(args: argparse.Namespace, iteration: int) -> list:
-    from seer.rollout.driver import GroupInput
+    from seer.rollout.types import GroupInput
     from seer.sampling_params import SamplingParams, group_seed
 
     sp = SamplingParams(temperature=1.0, max_tokens=args.max_tokens)

@@ -91,7 +91,7 @@ def build_groups(args: argparse.Namespace, model: Path) -> list:
 
 
 def fault_plan(args: argparse.Namespace):
-    from seer.rollout.driver import FaultPlan
+    from seer.rollout.types import FaultPlan
 
     if args.fail_instance is None:
         return None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seer.rl.config import DataConfig, SamplingConfig
-from seer.rollout.driver import GroupInput
+from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
 
 _SYNTHETIC_WORDS = ("apple", "river", "stone", "cloud", "green", "seven", "light", "table", "music", "north")

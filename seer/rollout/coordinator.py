@@ -22,10 +22,10 @@ from typing import Any
 from seer.engine.speculator import SpecConfig
 from seer.rollout.backends import BACKENDS, Backend, make_backend
 from seer.rollout.critical_path import batch_speedup
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutListener, RolloutResult
 from seer.rollout.kv_pool import LocalKVPool
 from seer.rollout.orderings import OrderingConfig
 from seer.rollout.policies import RolloutPolicy, get_policy
+from seer.rollout.types import FaultPlan, GroupInput, RolloutListener, RolloutResult
 from seer.spec.policy import VerifyCostModel
 from seer.utils.machine import auto_dtype
 

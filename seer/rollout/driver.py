@@ -1,11 +1,9 @@
-"""The rollout driver: turns groups into finished responses across instances, in virtual time.
+"""The rollout driver: turns groups into finished responses across instances.
 
-One loop serves the real engine and the simulator: instances report steps (duration + chunk-end events), the
-driver feeds the events to the request buffer and dispatches the next chunks. Time is a discrete-event clock:
-an instance's step starts when the instance is free and has work, and its events take effect when the step
-ends. With a real engine the duration is the measured wall time of the step (instances in one process take
-turns, so each instance's timeline is what it would be on its own accelerator); with a cost model it is the
-model's price, which makes every decision reproducible (the simulator and the engine then agree exactly).
+One driver serves the real engine, the process and Ray backends and the simulator: instances report steps
+(duration + chunk-end events), the driver feeds the events to the request buffer and dispatches the next chunks.
+Who calls ``on_step`` is the backend's business: a discrete-event loop on virtual time for instances in this
+process and the simulator (``virtual_time.py``, ``run``), or a loop over workers' reports on the wall clock.
 
 Policies: ``verl`` pins groups to instances up front and lets each engine batch and preempt; the divided
 policies run chunks of ``chunk_tokens``, reserve a chunk's KV at admission (no preemption) and keep a paused
@@ -20,11 +18,9 @@ when their current chunk returns.
 
 from __future__ import annotations
 
-import heapq
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from seer.rollout.instances.base import (
@@ -34,104 +30,25 @@ from seer.rollout.instances.base import (
     InstanceLost,
     RequestSpec,
     StepReport,
-    merge_stalled,
 )
-from seer.rollout.metrics import ResponseRecord, RolloutMetrics, compute_metrics
+from seer.rollout.metrics import ResponseRecord, compute_metrics
 from seer.rollout.orderings import OrderingConfig
 from seer.rollout.policies import RolloutPolicy, instance_of_group
 from seer.rollout.request_buffer import RequestBuffer
-from seer.rollout.types import FINISH_ABORT, Assignment, KVSource, RequestState, RolloutRequest, chunk_blocks_needed
-from seer.sampling_params import SamplingParams, sibling_seed
-
-
-class RolloutStalled(RuntimeError):
-    """No instance can make progress while responses remain (never hang: report instead)."""
-
-
-@dataclass(frozen=True)
-class GroupInput:
-    """One prompt sampled ``size`` times."""
-
-    prompt_token_ids: tuple[int, ...]
-    size: int
-    params: SamplingParams
-    key: str = ""
-    forced: tuple[tuple[int, ...], ...] | None = None   # per response: recorded tokens to replay
-    true_lengths: tuple[int, ...] | None = None          # oracle ordering only
-    stop_lengths: tuple[int, ...] | None = None          # length-only replay: response i stops after this many
-    metadata: dict | None = None                          # reference answer etc., passed through to results
-
-    def __post_init__(self) -> None:
-        if self.size < 1:
-            raise ValueError(f"group {self.key or '?'}: group size must be >= 1, got {self.size}")
-        if not self.prompt_token_ids:
-            raise ValueError(f"group {self.key or '?'}: empty prompt")
-        for name in ("forced", "true_lengths", "stop_lengths"):
-            value = getattr(self, name)
-            if value is not None and len(value) != self.size:
-                raise ValueError(f"group {self.key or '?'}: {len(value)} {name} for group size {self.size}")
-        if self.stop_lengths is not None and any(not 0 < n <= self.params.max_tokens for n in self.stop_lengths):
-            raise ValueError(f"group {self.key or '?'}: stop lengths must be in [1, max_tokens]")
-
-    def response_params(self, index: int) -> SamplingParams:
-        """The params one response runs with: its own seed derived from the group's, and in length-only replay
-        EOS ignored and a stop at the recorded length."""
-        params = replace(self.params, seed=sibling_seed(self.params.seed, index))
-        if self.stop_lengths is None:
-            return params
-        return replace(params, max_tokens=self.stop_lengths[index], ignore_eos=True)
-
-
-@dataclass
-class ResponseResult:
-    request_id: int
-    group_id: int
-    index: int
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None
-    finish_time_s: float | None = None
-    instance_history: list[int] = field(default_factory=list)
-
-
-@dataclass
-class RolloutResult:
-    responses: list[ResponseResult]
-    metrics: RolloutMetrics
-    decisions: dict[int, list[tuple]]
-    stats: dict
-
-    def groups(self) -> dict[int, list[ResponseResult]]:
-        out: dict[int, list[ResponseResult]] = {}
-        for r in self.responses:
-            out.setdefault(r.group_id, []).append(r)
-        return out
-
-
-@dataclass(frozen=True)
-class FaultPlan:
-    """Kill ``instance_id`` at virtual time ``at_s`` (tests and demos of fault tolerance)."""
-
-    instance_id: int
-    at_s: float
-
-
-class RolloutListener:
-    """Callbacks from the driver's own thread while a rollout runs; every one is optional (no-ops here).
-
-    ``group_id`` is the group's position in the rollout's ``groups`` list. Callbacks must be quick and must not
-    raise (they run inside the driver loop); anything slow belongs on another thread.
-    """
-
-    def on_start(self, driver: "RolloutDriver") -> None:
-        """The driver exists (before the first dispatch): keep it to call ``abort`` from another thread."""
-
-    def on_tokens(self, group_id: int, index: int, new_token_ids: list[int], new_logprobs: list[float],
-                  finished: bool, finish_reason: str | None) -> None:
-        """A chunk of response ``index`` of ``group_id`` ended (tokens may be empty, e.g. for an abort)."""
-
-    def on_group_done(self, group_id: int) -> None:
-        """Every response of the group has finished (after its last ``on_tokens``)."""
+from seer.rollout.types import (
+    FINISH_ABORT,
+    Assignment,
+    FaultPlan,
+    GroupInput,
+    KVSource,
+    RequestState,
+    ResponseResult,
+    RolloutListener,
+    RolloutRequest,
+    RolloutResult,
+    RolloutStalled,
+    chunk_blocks_needed,
+)
 
 
 class RolloutDriver:
@@ -420,46 +337,10 @@ class RolloutDriver:
         return self.buffer.all_finished
 
     def run(self) -> RolloutResult:
-        """Discrete-event loop: instances in this process, each step priced by its reported duration."""
-        self.begin()
-        in_flight: list[tuple[float, int, int, StepReport, float]] = []
-        busy_ids: set[int] = set()
-        seq = 0
+        """Run to completion on virtual time (instances in this process, ``virtual_time.py``)."""
+        from seer.rollout.virtual_time import run_virtual_time
 
-        def start_idle() -> None:
-            nonlocal seq
-            for iid in sorted(self.alive - busy_ids):
-                inst = self.instances[iid]
-                if not inst.has_work():
-                    continue
-                rep = inst.step()
-                if rep.stalled and not rep.scheduled_tokens and self.relieve(iid):
-                    rep = merge_stalled(rep, inst.step())
-                seq += 1
-                heapq.heappush(in_flight, (self.now + rep.duration_s, seq, iid, rep, self.now))
-                busy_ids.add(iid)
-
-        start_idle()
-        while not self.buffer.all_finished:
-            if self.fault is not None and in_flight and in_flight[0][0] >= self.fault.at_s \
-                    and self.fault.instance_id in self.alive:
-                self.now = max(self.now, self.fault.at_s)
-                in_flight = [x for x in in_flight if x[2] != self.fault.instance_id]
-                heapq.heapify(in_flight)
-                busy_ids.discard(self.fault.instance_id)
-                self.on_instance_lost(self.fault.instance_id)
-                start_idle()
-                continue
-            if not in_flight:
-                raise RolloutStalled(self._diagnose())
-            end, _, iid, rep, start = heapq.heappop(in_flight)
-            self.now = end
-            busy_ids.discard(iid)
-            if iid not in self.alive:  # found dead while its step was in flight: its chunks were returned
-                continue
-            self.on_step(iid, start, rep)
-            start_idle()
-        return self.result()
+        return run_virtual_time(self)
 
     def relieve(self, iid: int) -> bool:
         """An instance's step scheduled nothing though it has work (paused KV fills it): move one paused
@@ -467,7 +348,8 @@ class RolloutDriver:
         victims = self._evictable(iid)
         return bool(victims) and self._evict(iid, victims[0])
 
-    def _diagnose(self) -> str:
+    def diagnose(self) -> str:
+        """Why no instance can make progress: the message of ``RolloutStalled``."""
         b = self.buffer
         return (f"rollout stalled at t={self.now:.3f}s: {b.num_buffered} buffered, {b.num_running} running, "
                 f"{b.num_finished}/{b.num_requests} finished, alive instances {sorted(self.alive)}; "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seer.rollout.driver import RolloutResult
+from seer.rollout.types import RolloutResult
 
 SPLIT = (("compute_s", "compute"), ("draft_s", "drafting"), ("kv_s", "KV movement"), ("idle_s", "idle"))
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from seer.rollout.driver import RolloutStalled
 from seer.rollout.instances.base import StepReport
+from seer.rollout.types import RolloutStalled
 
 if TYPE_CHECKING:
     from seer.rollout.driver import RolloutDriver
@@ -48,4 +48,4 @@ class StallWatch:
                            for iid in sorted(driver.alive))
         raise RolloutStalled(f"no instance made progress for {now - self.progress_at:.0f} s (stall timeout "
                              f"{self.timeout_s:g} s; time since each live instance last reported: {silent}); "
-                             + driver._diagnose())
+                             + driver.diagnose())

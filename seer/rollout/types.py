@@ -1,4 +1,8 @@
-"""Small shared types of the rollout control plane: requests, groups, instance snapshots, assignments.
+"""The rollout's types: what users pass in and get back, and the control plane's shared vocabulary.
+
+Public (the API of ``RolloutCoordinator``, the server and the trainer): ``GroupInput`` in; ``RolloutResult`` of
+``ResponseResult`` out; ``RolloutListener`` to stream and abort; ``FaultPlan`` to inject a fault;
+``RolloutStalled`` when a rollout cannot progress. Internal: requests, groups, instance snapshots, assignments.
 
 Why a separate module: the real engine rollout, trace replay and the cluster simulator all drive the same
 request buffer and orderings, so the vocabulary they exchange (what a request is, what an instance reports,
@@ -13,7 +17,14 @@ instance must recompute it from the token ids).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from seer.rollout.metrics import RolloutMetrics
+from seer.sampling_params import SamplingParams, sibling_seed
+
+if TYPE_CHECKING:
+    from seer.rollout.driver import RolloutDriver
 
 
 class RequestState(enum.Enum):
@@ -162,3 +173,94 @@ def chunk_blocks_needed(req: RolloutRequest, inst: InstanceState, chunk: int, ex
     if req.kv_instance == inst.instance_id:
         total -= blocks_for(req.kv_tokens, inst.block_size)
     return max(total, 0)
+
+
+# ---------------------------------------------------------------------- public: what a rollout takes and returns
+class RolloutStalled(RuntimeError):
+    """No instance can make progress while responses remain (never hang: report instead)."""
+
+
+@dataclass(frozen=True)
+class GroupInput:
+    """One prompt sampled ``size`` times."""
+
+    prompt_token_ids: tuple[int, ...]
+    size: int
+    params: SamplingParams
+    key: str = ""
+    forced: tuple[tuple[int, ...], ...] | None = None   # per response: recorded tokens to replay
+    true_lengths: tuple[int, ...] | None = None          # oracle ordering only
+    stop_lengths: tuple[int, ...] | None = None          # length-only replay: response i stops after this many
+    metadata: dict | None = None                          # reference answer etc., passed through to results
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"group {self.key or '?'}: group size must be >= 1, got {self.size}")
+        if not self.prompt_token_ids:
+            raise ValueError(f"group {self.key or '?'}: empty prompt")
+        for name in ("forced", "true_lengths", "stop_lengths"):
+            value = getattr(self, name)
+            if value is not None and len(value) != self.size:
+                raise ValueError(f"group {self.key or '?'}: {len(value)} {name} for group size {self.size}")
+        if self.stop_lengths is not None and any(not 0 < n <= self.params.max_tokens for n in self.stop_lengths):
+            raise ValueError(f"group {self.key or '?'}: stop lengths must be in [1, max_tokens]")
+
+    def response_params(self, index: int) -> SamplingParams:
+        """The params one response runs with: its own seed derived from the group's, and in length-only replay
+        EOS ignored and a stop at the recorded length."""
+        params = replace(self.params, seed=sibling_seed(self.params.seed, index))
+        if self.stop_lengths is None:
+            return params
+        return replace(params, max_tokens=self.stop_lengths[index], ignore_eos=True)
+
+
+@dataclass
+class ResponseResult:
+    request_id: int
+    group_id: int
+    index: int
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    finish_time_s: float | None = None
+    instance_history: list[int] = field(default_factory=list)
+
+
+@dataclass
+class RolloutResult:
+    responses: list[ResponseResult]
+    metrics: RolloutMetrics
+    decisions: dict[int, list[tuple]]
+    stats: dict
+
+    def groups(self) -> dict[int, list[ResponseResult]]:
+        out: dict[int, list[ResponseResult]] = {}
+        for r in self.responses:
+            out.setdefault(r.group_id, []).append(r)
+        return out
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Kill ``instance_id`` at virtual time ``at_s`` (tests and demos of fault tolerance)."""
+
+    instance_id: int
+    at_s: float
+
+
+class RolloutListener:
+    """Callbacks from the driver's own thread while a rollout runs; every one is optional (no-ops here).
+
+    ``group_id`` is the group's position in the rollout's ``groups`` list. Callbacks must be quick and must not
+    raise (they run inside the driver loop); anything slow belongs on another thread.
+    """
+
+    def on_start(self, driver: "RolloutDriver") -> None:
+        """The driver exists (before the first dispatch): keep it to call ``abort`` from another thread."""
+
+    def on_tokens(self, group_id: int, index: int, new_token_ids: list[int], new_logprobs: list[float],
+                  finished: bool, finish_reason: str | None) -> None:
+        """A chunk of response ``index`` of ``group_id`` ended (tokens may be empty, e.g. for an abort)."""
+
+    def on_group_done(self, group_id: int) -> None:
+        """Every response of the group has finished (after its last ``on_tokens``)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from seer.data.traces import TraceGroup, load_trace
-from seer.rollout.driver import GroupInput
+from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams, group_seed
 from seer.utils.io import read_jsonl
 

@@ -25,7 +25,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from seer.rollout.driver import RolloutDriver, RolloutListener
+from seer.rollout.driver import RolloutDriver
+from seer.rollout.types import RolloutListener
 from seer.server.config import ServerConfig
 from seer.server.convert import GroupSpec
 from seer.server.grouping import GroupPlan, plan_groups

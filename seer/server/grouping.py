@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
 
-from seer.rollout.driver import GroupInput
+from seer.rollout.types import GroupInput
 from seer.server.convert import GroupSpec
 
 Route = tuple[int, int, int]  # (submission, part, sample) in the batch

@@ -15,10 +15,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from seer.rollout.driver import GroupInput, RolloutDriver, RolloutResult
+from seer.rollout.driver import RolloutDriver
 from seer.rollout.metrics import compare, reference_ratios
 from seer.rollout.orderings import OrderingConfig
 from seer.rollout.policies import RolloutPolicy, get_policy
+from seer.rollout.types import GroupInput, RolloutResult
 from seer.sim.acceptance import AcceptanceModel
 from seer.sim.cost_model import CostConstants, CostModel, StepSummary
 from seer.sim.model_speculator import ModelSpeculator

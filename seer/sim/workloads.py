@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from seer.data.traces import load_trace
-from seer.rollout.driver import GroupInput
+from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
 from seer.sim.hardware import InstanceSpec, get_accelerator, get_model
 from seer.sim.lengths import LengthModel

@@ -16,8 +16,8 @@ import pytest
 from seer.bench import rollout_peer
 from seer.bench.peers.runner import PeerError
 from seer.bench.rollout_peer import build_jobs, instance_requests, kv_cache_bytes, peer_row, run_vllm_rollout_peer
-from seer.rollout.driver import GroupInput
 from seer.rollout.metrics import REPORT_KEYS, compare
+from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
 
 # 2 layers x 2 kv heads x head_dim 16 (64 / 4 heads): K+V = 2 * 2 * 2 * 16 = 128 values a token

@@ -30,7 +30,7 @@ DataProto = _import_verl()
 
 from seer.integrations.verl.client import InProcessClient  # noqa: E402
 from seer.integrations.verl.manager import SeerAgentLoopManager  # noqa: E402
-from seer.rollout.driver import GroupInput  # noqa: E402
+from seer.rollout.types import GroupInput  # noqa: E402
 from seer.sampling_params import SamplingParams  # noqa: E402
 
 N = 3

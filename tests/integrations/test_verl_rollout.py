@@ -8,7 +8,7 @@ import torch
 from seer.integrations.verl.batching import group_rows, group_seed, sampling_params
 from seer.integrations.verl.client import HTTPClient, InProcessClient, make_client, make_rollout_config
 from seer.integrations.verl.rollout import SeerVerlRollout
-from seer.rollout.driver import GroupInput
+from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
 from tests.integrations.helpers import (
     PROMPTS,

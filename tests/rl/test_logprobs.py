@@ -8,7 +8,7 @@ from seer.engine.speculator import SpecConfig
 from seer.models.loader import load_model
 from seer.rl.logprobs import response_logprobs, response_logprobs_batched
 from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
-from seer.rollout.driver import GroupInput
+from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
 
 

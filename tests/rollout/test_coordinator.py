@@ -9,8 +9,8 @@ import pytest
 
 from seer.engine.speculator import SpecConfig
 from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutStalled
 from seer.rollout.instances.worker import WorkerSpec, _build
+from seer.rollout.types import FaultPlan, GroupInput, RolloutStalled
 from seer.sampling_params import SamplingParams
 from tests.models.helpers import make_tiny_model_dir
 

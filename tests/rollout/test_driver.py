@@ -6,10 +6,11 @@ import pytest
 from seer.engine.block_manager import BlockManager
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutStalled
+from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.base import InstanceLost
 from seer.rollout.instances.scheduled import ScheduledInstance
 from seer.rollout.policies import get_policy
+from seer.rollout.types import FaultPlan, GroupInput, RolloutStalled
 from seer.sampling_params import SamplingParams
 from tests.engine.fake_model import fake_execute
 

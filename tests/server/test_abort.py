@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from seer.rollout.driver import GroupInput, RolloutListener
+from seer.rollout.types import GroupInput, RolloutListener
 from seer.sampling_params import SamplingParams
 from tests.server.conftest import check_engines_clean, make_coordinator
 

@@ -23,10 +23,11 @@ from seer.engine.config import EngineConfig
 from seer.engine.llm_engine import LLMEngine
 from seer.engine.scheduler import Scheduler
 from seer.engine.speculator import SpecConfig, Speculator
-from seer.rollout.driver import GroupInput, RolloutDriver
+from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.engine import EngineInstance
 from seer.rollout.kv_pool import LocalKVPool
 from seer.rollout.policies import get_policy
+from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
 from seer.sim.cost_model import CostConstants, CostModel
 from seer.sim.pool import SimKVPool

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import torch
 
 from seer.integrations.verl.batching import SeerResponse
-from seer.rollout.driver import GroupInput
+from seer.rollout.types import GroupInput
 
 WeightSource = Mapping[str, torch.Tensor] | str | Path
 

@@ -33,7 +33,7 @@ from seer.integrations.verl.batching import (
     pack_rows,
     sampling_params,
 )
-from seer.rollout.driver import GroupInput
+from seer.rollout.types import GroupInput
 
 GREEDY = "greedy"
 

@@ -20,9 +20,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from seer.rollout.driver import FaultPlan, GroupInput, RolloutDriver, RolloutListener, RolloutResult
+from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.base import Instance
 from seer.rollout.policies import RolloutPolicy
+from seer.rollout.types import FaultPlan, GroupInput, RolloutListener, RolloutResult
 from seer.spec.metrics import SpecCounters
 from seer.spec.policy import VerifyCostModel
 

@@ -11,11 +11,12 @@ from seer.engine.config import EngineConfig
 from seer.engine.llm_engine import LLMEngine
 from seer.engine.speculator import Speculator
 from seer.rollout.backends.base import Backend
-from seer.rollout.driver import FaultPlan, RolloutDriver
+from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.base import Instance
 from seer.rollout.instances.engine import EngineInstance
 from seer.rollout.kv_pool import KVPool
 from seer.rollout.policies import RolloutPolicy
+from seer.rollout.types import FaultPlan
 from seer.spec.draft_server import DraftServer
 from seer.spec.policy import PolicyConfig, SpecPolicy, VerifyCostModel
 

@@ -16,13 +16,14 @@ import time
 from multiprocessing.connection import wait
 
 from seer.rollout.backends.base import Backend, profile_here
-from seer.rollout.driver import FaultPlan, RolloutDriver, RolloutStalled
+from seer.rollout.driver import RolloutDriver
 from seer.rollout.file_pool import FileKVPool
 from seer.rollout.instances.base import ChunkStart, Instance, InstanceLost
 from seer.rollout.instances.remote import RemoteInstanceProxy
 from seer.rollout.instances.worker import WorkerSpec, worker_main
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.stall import StallWatch
+from seer.rollout.types import FaultPlan, RolloutStalled
 from seer.spec.policy import VerifyCostModel
 
 READY_TIMEOUT_S = 600.0

@@ -16,13 +16,14 @@ import os
 import time
 
 from seer.rollout.backends.base import Backend, profile_here
-from seer.rollout.driver import FaultPlan, RolloutDriver, RolloutStalled
+from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.base import ChunkStart, Instance, InstanceLost
 from seer.rollout.instances.remote import RemoteInstanceProxy
 from seer.rollout.instances.worker import WorkerSpec, snapshot
 from seer.rollout.kv_pool import KVPool, PoolStats
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.stall import StallWatch
+from seer.rollout.types import FaultPlan, RolloutStalled
 from seer.spec.policy import VerifyCostModel
 
 CALL_TIMEOUT_S = 600.0
@@ -251,7 +252,7 @@ class RayBackend(Backend):
                 if iid not in in_flight.values() and proxies[iid].has_work():
                     in_flight[proxies[iid].actor.step.remote()] = iid
             if not in_flight:
-                raise RolloutStalled(driver._diagnose())
+                raise RolloutStalled(driver.diagnose())
             ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=watch.left_s())
             if ready:
                 iid = in_flight.pop(ready[0])
