@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable
 from typing import Callable
 
+from seer.rollout.dispatch import DispatchConfig
 from seer.rollout.instances.base import (
     ChunkEvent,
     ChunkStart,
@@ -69,7 +70,6 @@ class RolloutDriver:
         self.policy = policy
         self.instances = {inst.instance_id: inst for inst in instances}
         self.alive = set(self.instances)
-        from seer.rollout.request_buffer import DispatchConfig
         self.buffer = RequestBuffer(policy.ordering, chunk_tokens=chunk_tokens if policy.divided else None,
                                     dispatch=DispatchConfig(extra_tokens=draft_headroom,
                                                             affinity_spread=affinity_spread,

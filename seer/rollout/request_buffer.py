@@ -1,4 +1,4 @@
-"""The global request buffer of divided rollout, and the dispatcher that places chunks on instances.
+"""The global request buffer of divided rollout: where every request is, and which chunk runs where next.
 
 Why: under divided rollout (Seer technique 1) a response is not bound to one instance for its whole life; it
 runs a chunk of at most `chunk_tokens` tokens, comes back here, and its next chunk may run anywhere. That lets
@@ -7,15 +7,9 @@ move work without re-prefill. Admission is strict: a chunk is placed only where 
 so instances never preempt.
 
 The buffer is the single source of truth for where each request is (buffered, running on instance i, finished)
-and for group progress; an `Ordering` (orderings/) decides which buffered request goes next, and
-`select` decides where: the instance that already holds the request's KV if the chunk fits there, otherwise the
-instance with the most free KV (then fewest running), the KV moving through the pool. A holder running more than
-`affinity_spread` requests beyond the least loaded live instance is overloaded: the least loaded instance takes
-the chunk if it fits there, since affinity alone lets the instances that happen to hold KV keep long queues
-while others idle. With critical-path placement (`DispatchConfig.critical_speedup`, critical_path.py) an instance
-reserved for a critical request takes only that request's chunks, which go first in each round.
-Instances sit in heaps with lazy updates, so a round with k dispatches over N instances costs
-O(N + k log N + k log n).
+and for group progress; an `Ordering` (orderings/) decides which buffered request goes next, and `select`
+decides where, through the instance picker (dispatch.py). With critical-path placement (critical_path.py) an
+instance reserved for a critical request takes only that request's chunks, which go first in each round.
 
 The buffer is not thread-safe: one driver loop owns it (select, then report chunk ends). At dispatch a request's
 `kv_instance` / `kv_in_pool` still say where its KV was (the `Assignment.kv_source` says how to get it);
@@ -26,12 +20,11 @@ nothing runs and nothing fits, the driver must evict resident KV to the pool (cl
 from __future__ import annotations
 
 import functools
-import heapq
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 from seer.rollout.critical_path import CriticalPath
+from seer.rollout.dispatch import DispatchConfig, InstancePicker
 from seer.rollout.length_model import PopulationLength
 from seer.rollout.orderings import Ordering, OrderingConfig, make_ordering
 from seer.rollout.types import (
@@ -44,123 +37,7 @@ from seer.rollout.types import (
     KVSource,
     RequestState,
     RolloutRequest,
-    chunk_blocks_needed,
 )
-
-
-@dataclass(frozen=True)
-class DispatchConfig:
-    """How `select` places chunks."""
-
-    prefer_kv_holder: bool = True  # resume on the instance whose cache still holds the KV when it fits
-    affinity_spread: int | None = None  # ... and runs at most this many more requests than the least loaded
-    extra_tokens: int = 0  # KV headroom per chunk beyond chunk_max_tokens (e.g. speculative draft tokens)
-    max_skips: int = 0  # requests that fit nowhere that a round may pass over (0: stop at the first one)
-    # critical-path placement (critical_path.py): an instance's speedup at batch b over one sequence alone;
-    # None turns it off
-    critical_speedup: Callable[[float], float] | None = None
-
-
-class _InstancePicker:
-    """Instances with a free slot, most free KV tokens first, reserved on as chunks are placed."""
-
-    def __init__(self, instances: Sequence[InstanceState], config: DispatchConfig,
-                 reserved: Mapping[int, int] | None = None) -> None:
-        """``reserved``: instance id -> the critical request it runs alone; no other request is placed there."""
-        self._config = config
-        self._reserved = dict(reserved or {})
-        self._critical = {rid: iid for iid, rid in self._reserved.items()}
-        self._by_id: dict[int, InstanceState] = {}
-        self._heap: list[tuple[int, int, int, int]] = []
-        self._load: list[tuple[int, int, int]] = []  # (running, id, version) of every live instance
-        largest: int | None = 0
-        for inst in instances:
-            iid = inst.instance_id
-            if iid in self._by_id:
-                raise ValueError(f"duplicate instance id {iid}")
-            self._by_id[iid] = inst
-            if inst.alive:
-                largest = None if largest is None or inst.total_blocks is None else max(largest, inst.total_blocks)
-            if inst.alive and iid not in self._reserved:
-                self._load.append((inst.running, iid, 0))
-                if inst.running < inst.max_running:
-                    self._heap.append((-inst.free_blocks * inst.block_size, inst.running, iid, 0))
-        heapq.heapify(self._heap)
-        heapq.heapify(self._load)
-        self._version = dict.fromkeys(self._by_id, 0)
-        self.yields = 0  # chunks an overloaded KV holder gave up to the least loaded instance
-        self._largest = largest  # None when some live instance does not report its size
-
-    def _push(self, inst: InstanceState) -> None:
-        if inst.instance_id in self._reserved:
-            return
-        version = self._version.get(inst.instance_id, -1) + 1
-        self._version[inst.instance_id] = version
-        heapq.heappush(self._load, (inst.running, inst.instance_id, version))
-        if inst.has_slot:
-            key = (-inst.free_blocks * inst.block_size, inst.running, inst.instance_id, version)
-            heapq.heappush(self._heap, key)
-
-    def _top(self) -> InstanceState | None:
-        while self._heap and self._version[self._heap[0][2]] != self._heap[0][3]:
-            heapq.heappop(self._heap)
-        return self._by_id[self._heap[0][2]] if self._heap else None
-
-    def _least_loaded(self) -> InstanceState:
-        while self._version[self._load[0][1]] != self._load[0][2]:
-            heapq.heappop(self._load)
-        return self._by_id[self._load[0][1]]
-
-    def _overloaded(self, holder: InstanceState) -> bool:
-        spread = self._config.affinity_spread
-        return spread is not None and bool(self._load) and holder.running - self._least_loaded().running > spread
-
-    @property
-    def exhausted(self) -> bool:
-        return self._top() is None
-
-    def place(self, req: RolloutRequest, chunk: int) -> tuple[InstanceState, int] | None:
-        """Reserve room for the chunk and return (instance, blocks), or None if it fits nowhere now."""
-        extra = self._config.extra_tokens
-        own = self._critical.get(req.request_id)
-        if own is not None:  # a critical request runs on its own instance or waits for it
-            inst = self._by_id.get(own)
-            if inst is None or not inst.has_slot:
-                return None
-            need = chunk_blocks_needed(req, inst, chunk, extra)
-            return self._reserve(inst, need) if need <= inst.free_blocks else None
-        holder = self._by_id.get(req.kv_instance) if req.kv_instance is not None else None
-        if holder is not None and holder.instance_id in self._reserved:
-            holder = None
-        if self._config.prefer_kv_holder and holder is not None and holder.has_slot:
-            if self._overloaded(holder):  # the least loaded instance takes it if it fits, the KV moving there
-                least = self._least_loaded()
-                need = chunk_blocks_needed(req, least, chunk, extra)
-                if least.has_slot and need <= least.free_blocks:
-                    self.yields += 1
-                    return self._reserve(least, need)
-            else:
-                need = chunk_blocks_needed(req, holder, chunk, extra)
-                if need <= holder.free_blocks:
-                    return self._reserve(holder, need)
-        top = self._top()
-        if top is None:
-            return None
-        need = chunk_blocks_needed(req, top, chunk, extra)
-        if need <= top.free_blocks:
-            return self._reserve(top, need)
-        if self._largest is not None and need > self._largest:
-            raise ValueError(
-                f"request {req.request_id}: a {chunk}-token chunk at context {req.context_len} needs {need} "
-                f"KV blocks, more than the largest instance holds ({self._largest})"
-            )
-        return None
-
-    def _reserve(self, inst: InstanceState, need: int) -> tuple[InstanceState, int]:
-        inst.free_blocks -= need
-        inst.running += 1
-        self._push(inst)
-        return inst, need
 
 
 class RequestBuffer:
@@ -237,7 +114,7 @@ class RequestBuffer:
         if not self._buffered or n == 0:
             return []
         reserved = self.critical.request_on if self.critical is not None else {}
-        picker = _InstancePicker(instances, self.dispatch, reserved)
+        picker = InstancePicker(instances, self.dispatch, reserved)
         out: list[Assignment] = []
         for rid in sorted(reserved.values()):  # critical requests first, each on its own instance
             req = self._buffered.get(rid)

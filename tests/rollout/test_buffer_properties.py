@@ -7,8 +7,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seer.rollout.dispatch import DispatchConfig
 from seer.rollout.orderings import OrderingConfig
-from seer.rollout.request_buffer import DispatchConfig, RequestBuffer
+from seer.rollout.request_buffer import RequestBuffer
 from seer.rollout.types import InstanceState, RequestState, blocks_for
 
 BLOCK = 4

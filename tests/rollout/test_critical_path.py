@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from seer.rollout.critical_path import CriticalPath, batch_speedup
+from seer.rollout.dispatch import DispatchConfig
 from seer.rollout.length_model import PopulationLength
 from seer.rollout.policies import UnknownPolicyError, get_policy
-from seer.rollout.request_buffer import DispatchConfig, RequestBuffer
+from seer.rollout.request_buffer import RequestBuffer
 from seer.rollout.types import InstanceState, RequestState, RolloutRequest
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from seer.rollout.dispatch import DispatchConfig
 from seer.rollout.policies import instance_of_group
-from seer.rollout.request_buffer import DispatchConfig, RequestBuffer
+from seer.rollout.request_buffer import RequestBuffer
 from seer.rollout.types import InstanceState, KVSource, RequestState, blocks_for, chunk_blocks_needed
 
 from .helpers import run_chunk
