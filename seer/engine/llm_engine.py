@@ -19,8 +19,9 @@ from seer.engine.block_manager import BlockManager
 from seer.engine.config import EngineConfig
 from seer.engine.model_runner import ModelRunner
 from seer.engine.request import Request
-from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig, SchedulerOutput
+from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig, SchedulerOutput, StepResult
 from seer.engine.speculator import Speculator
+from seer.engine.step import run_step
 from seer.models.loader import load_model, load_weights
 from seer.models.packed_linear import prepack_linears
 from seer.sampling_params import SamplingParams
@@ -116,19 +117,16 @@ class LLMEngine:
     def abort(self, request_id: str) -> Request | None:
         return self.scheduler.abort(request_id)
 
+    def execute(self, out: SchedulerOutput) -> dict[str, StepResult]:
+        """Run one scheduled step's forward pass (its time counts in ``busy_s``)."""
+        t0 = time.perf_counter()
+        results = self.runner.execute(out, self.scheduler.requests)
+        self.busy_s += time.perf_counter() - t0
+        return results
+
     def step(self) -> list[Request]:
         """Run one scheduling step and forward pass; returns the requests that finished."""
-        t0 = time.perf_counter()
-        if self.speculator is not None:
-            self.speculator.before_schedule(self.scheduler)
-        out: SchedulerOutput = self.scheduler.schedule()
-        reqs = {c.request_id: self.scheduler.requests[c.request_id] for c in out.chunks}
-        results = self.runner.execute(out, self.scheduler.requests) if not out.is_empty else {}
-        finished = self.scheduler.update_from_output(out, results)
-        if self.speculator is not None:
-            self.speculator.after_update(out, results, reqs)
-        self.busy_s += time.perf_counter() - t0
-        return finished
+        return run_step(self.scheduler, lambda out: (self.execute(out), None), self.speculator).finished
 
     def run_until_done(self) -> list[Request]:
         done: list[Request] = []

@@ -10,8 +10,6 @@ prices compute, drafting and transfers alike, so decisions are reproducible and 
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
@@ -50,10 +48,7 @@ class EngineInstance(ScheduledInstance):
 
     def execute(self, out: SchedulerOutput) -> tuple[dict[str, StepResult], float | None]:
         price = self.cost_model.price(out) if self.cost_model is not None else None
-        t0 = time.perf_counter()
-        results = self.engine.runner.execute(out, self.scheduler.requests)
-        self.engine.busy_s += time.perf_counter() - t0
-        return results, price
+        return self.engine.execute(out), price
 
     def draft_cost(self, elapsed_s: float, drafted: int) -> float:
         return elapsed_s if self.cost_model is None else self.cost_model.draft_time(drafted)

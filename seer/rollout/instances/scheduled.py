@@ -27,6 +27,7 @@ from typing import Protocol
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
 from seer.engine.speculator import Speculator
+from seer.engine.step import run_step
 from seer.rollout.instances.base import ChunkEvent, ChunkStart, Instance, StepReport
 from seer.rollout.types import InstanceState, KVSource
 
@@ -161,32 +162,21 @@ class ScheduledInstance(Instance):
         return self.scheduler.has_unfinished or self._pending_kv_s > 0
 
     def step(self) -> StepReport:
-        t_start = time.perf_counter()
-        drafted = self.speculator.before_schedule(self.scheduler) if self.speculator is not None else 0
-        t_sched = time.perf_counter()
-        out = self.scheduler.schedule()
-        reqs = {c.request_id: self.scheduler.requests[c.request_id] for c in out.chunks}
-        before = {rid: r.num_output_tokens for rid, r in reqs.items()}
-        results, price = self.execute(out) if not out.is_empty else ({}, None)
-        stopped = self.scheduler.update_from_output(out, results)
-        t_updated = time.perf_counter()
-        if self.speculator is not None:
-            self.speculator.after_update(out, results, reqs)
-        draft_wall = (t_sched - t_start) + (time.perf_counter() - t_updated)
+        st = run_step(self.scheduler, self.execute, self.speculator)
+        out, busy = st.out, self.scheduler.has_unfinished
         if out.is_empty:
-            compute = self.idle_duration(t_updated - t_sched) if self.scheduler.has_unfinished else 0.0
+            compute = self.idle_duration(st.compute_wall_s) if busy else 0.0
         else:
-            compute = t_updated - t_sched if price is None else price
-        draft = self.draft_cost(draft_wall, drafted) if self.speculator is not None else 0.0
+            compute = st.compute_wall_s if st.price_s is None else st.price_s
+        draft = self.draft_cost(st.draft_wall_s, st.drafted) if self.speculator is not None else 0.0
         kv, self._pending_kv_s = self._pending_kv_s, 0.0
-        events = [self._event(r) for r in stopped]
         preempt = self.scheduler.stats.preemptions - self._preempt_seen
         self._preempt_seen = self.scheduler.stats.preemptions
         trace = tuple((c.request_id, c.start, c.num_new_tokens, c.num_spec_tokens) for c in out.chunks)
-        new = [(int(rid), r.output_token_ids[before[rid]:]) for rid, r in reqs.items()
-               if r.num_output_tokens > before[rid]]
-        return StepReport(compute + draft + kv, events, out.num_batched_tokens, len(self.scheduler.running),
-                          preempt, stalled=out.is_empty and self.scheduler.has_unfinished, trace=trace,
+        new = [(int(rid), r.output_token_ids[st.tokens_before[rid]:]) for rid, r in st.scheduled.items()
+               if r.num_output_tokens > st.tokens_before[rid]]
+        return StepReport(compute + draft + kv, [self._event(r) for r in st.finished], out.num_batched_tokens,
+                          len(self.scheduler.running), preempt, stalled=out.is_empty and busy, trace=trace,
                           new_tokens=new, draft_s=draft, kv_s=kv)
 
     def _event(self, req: Request) -> ChunkEvent:
