@@ -1,15 +1,21 @@
-"""Engine configuration: one frozen dataclass, validated at construction, with derived values as properties."""
+"""Engine configuration: one frozen dataclass, validated at construction, with derived values as properties.
+
+Torch-free: the dtype stays a name until the model runner needs the torch dtype (``torch_dtype``), so configs
+can be built, validated and shipped to workers by code that never loads torch (the control plane, the CLI).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from seer.utils.machine import auto_dtype
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+if TYPE_CHECKING:
+    import torch
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+           "float16": "float16", "fp16": "float16"}  # accepted name -> torch attribute
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,9 @@ class EngineConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return _DTYPES[self.dtype]
+        import torch
+
+        return getattr(torch, _DTYPES[self.dtype])
 
     def resolve_num_blocks(self, kv_bytes_per_token: int) -> int:
         if self.num_kv_blocks is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
 from seer.spec.draft_server import DraftRequest, DraftServer
-from seer.spec.policy import PolicyRequest, SpecPolicy
+from seer.spec.policy import PolicyRequest, SpecPolicy, critical_weights
 
 
 @dataclass(frozen=True)
@@ -38,17 +38,6 @@ class SpecConfig:
         """KV slots a draft may occupy beyond the committed tokens: the draft length, or a tree's node count
         (every node of a tree draft is verified, so every node needs a slot)."""
         return max(self.gamma_max, self.tree_tokens) if self.k_branches > 1 else self.gamma_max
-
-
-def critical_weights(ready: list[Request]) -> list[float]:
-    """Each request's estimated remaining length over the batch mean (1 where the rollout gave no estimate):
-    the policy's token values, so drafts go first to the requests that bound the makespan."""
-    hints = [r.remaining_hint for r in ready]
-    known = [max(h, 1.0) for h in hints if h is not None]
-    if not known:
-        return [1.0] * len(ready)
-    mean = sum(known) / len(known)
-    return [1.0 if h is None else max(h, 1.0) / mean for h in hints]
 
 
 class Speculator:
@@ -102,7 +91,7 @@ class Speculator:
         if self.config.adaptive:
             assert self.policy is not None
             batch = len(scheduler.running) + len(scheduler.waiting)
-            weights = critical_weights(ready)
+            weights = critical_weights([r.remaining_hint for r in ready])
             plan = self.policy.plan([PolicyRequest(r.request_id, self.group_of(r), r.probe, caps[r.request_id], w)
                                      for r, w in zip(ready, weights)]) if batch else {}
         else:

@@ -25,10 +25,10 @@ from collections import defaultdict
 
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
-from seer.engine.speculator import critical_weights
 from seer.sim.acceptance import AcceptanceModel, expected_accept_len
 from seer.sim.cost_model import CostModel
 from seer.sim.speculation import DraftClass, SimSpecConfig, allocate, apply_drafts, draft_limit
+from seer.spec.policy import critical_weights
 
 
 class ModelSpeculator:
@@ -65,7 +65,7 @@ class ModelSpeculator:
                 ready.append(req)
         if not ready:
             return 0
-        weights = [_binned(w) for w in critical_weights(ready)]
+        weights = [_binned(w) for w in critical_weights([r.remaining_hint for r in ready])]
         ctx = sum(req.num_computed_tokens + 0.5 for req in ready)
         cands = [(req, draft_limit(req, gamma), w) for req, w in zip(ready, weights)]
         cands = [c for c in cands if c[1] > 0]

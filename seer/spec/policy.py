@@ -92,6 +92,17 @@ class VerifyCostModel:
         return self.draft_s_per_request * batch
 
 
+def critical_weights(hints: Sequence[float | None]) -> list[float]:
+    """Each request's estimated remaining length (``hints``, None where the rollout gave no estimate) over the
+    batch mean, and 1 without an estimate: the policy's token values, so drafts go first to the requests that
+    bound the makespan. A floor of one token keeps a finishing request from dropping to zero value."""
+    known = [max(h, 1.0) for h in hints if h is not None]
+    if not known:
+        return [1.0] * len(hints)
+    mean = sum(known) / len(known)
+    return [1.0 if h is None else max(h, 1.0) / mean for h in hints]
+
+
 def t_sd(cost: VerifyCostModel, a: float, batch: int, gamma: int) -> float:
     """The time per emitted token (docs/design.md) when every request drafts ``gamma`` tokens (0: plain
     decode)."""
