@@ -28,15 +28,10 @@ PromptLike = str | list[int] | dict
 def make_speculator(engine: LLMEngine, config: SpecConfig) -> Speculator:
     """A speculator over a fresh draft server; adaptive ones get this machine's verify-cost profile."""
     from seer.engine.profiler import profile_verify_cost
-    from seer.spec.draft_server import DraftServer
-    from seer.spec.policy import PolicyConfig, SpecPolicy
     from seer.utils.io import cache_dir
 
-    policy = None
-    if config.adaptive:
-        cost = profile_verify_cost(engine, cache_dir=cache_dir() / "profiles")
-        policy = SpecPolicy(cost, PolicyConfig(gamma_max=config.gamma_max))
-    return Speculator(DraftServer(), policy, config)
+    cost = profile_verify_cost(engine, cache_dir=cache_dir() / "profiles") if config.adaptive else None
+    return Speculator.build(config, cost)
 
 
 class LLM:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
 from seer.spec.draft_server import DraftRequest, DraftServer
-from seer.spec.policy import PolicyRequest, SpecPolicy, critical_weights
+from seer.spec.policy import PolicyConfig, PolicyRequest, SpecPolicy, VerifyCostModel, critical_weights
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,19 @@ class Speculator:
         self._drafted: dict[str, tuple[int, bool]] = {}  # request -> (draft size, is a tree)
         self.draft_s = 0.0
         self.steps = 0
+
+    @classmethod
+    def build(cls, config: SpecConfig, cost: VerifyCostModel | None = None,
+              server: DraftServer | None = None) -> Speculator:
+        """The speculator ``config`` describes: adaptive ones decide draft lengths from ``cost`` (the engine's
+        verify profile; an adaptive config without one is an error, never a silent switch to gamma_max drafts),
+        drafting from ``server`` (a new one by default: instances of one process share theirs)."""
+        policy = None
+        if config.adaptive:
+            if cost is None:
+                raise ValueError("adaptive speculation needs the engine's verify-cost profile")
+            policy = SpecPolicy(cost, PolicyConfig(gamma_max=config.gamma_max))
+        return cls(server if server is not None else DraftServer(), policy, config)
 
     # ------------------------------------------------------------------ groups
     def group_of(self, req: Request) -> str:

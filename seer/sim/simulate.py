@@ -96,12 +96,11 @@ def _speculator(workload: Workload, config: SimConfig, quantum: int, cost: CostM
         from seer.engine.speculator import SpecConfig, Speculator
         from seer.spec.draft_server import DraftServer, DraftServerConfig
         from seer.spec.drafter import DrafterConfig
-        from seer.spec.policy import PolicyConfig, SpecPolicy, VerifyCostModel
+        from seer.spec.policy import VerifyCostModel
 
         gamma = config.spec.gamma_max
         server = DraftServer(DraftServerConfig(drafter=DrafterConfig(gamma_max=gamma), keep_history=False))
-        policy = SpecPolicy(VerifyCostModel([1], [1], [[1.0]]), PolicyConfig(gamma_max=gamma))
-        return Speculator(server, policy, SpecConfig(gamma_max=gamma))
+        return Speculator.build(SpecConfig(gamma_max=gamma), VerifyCostModel([1], [1], [[1.0]]), server)
     if mode not in models:
         raise ValueError(f"unknown acceptance model {mode!r}; known: replay, {', '.join(models)}")
     return ModelSpeculator(config.spec, models[mode].scaled(config.accept_scale), cost, quantum)

@@ -18,7 +18,7 @@ from seer.rollout.kv_pool import KVPool
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.types import FaultPlan
 from seer.spec.draft_server import DraftServer
-from seer.spec.policy import PolicyConfig, SpecPolicy, VerifyCostModel
+from seer.spec.policy import VerifyCostModel
 
 
 class InProcessBackend(Backend):
@@ -49,12 +49,11 @@ class InProcessBackend(Backend):
     def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], DraftServer | None]:
         server = DraftServer() if policy.speculative else None
         instances: list[Instance] = []
+        cfg = self.config.spec
         for i, engine in enumerate(self.engines):
             spec = None
             if server is not None:
-                cfg = self.config.spec
-                adapt = SpecPolicy(self.verify_cost(), PolicyConfig(gamma_max=cfg.gamma_max)) if cfg.adaptive else None
-                spec = Speculator(server, adapt, cfg)
+                spec = Speculator.build(cfg, self.verify_cost() if cfg.adaptive else None, server)
             instances.append(EngineInstance(i, engine, self.pool, spec))  # new instances: counters start at 0
         return instances, server
 

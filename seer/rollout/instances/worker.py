@@ -42,19 +42,14 @@ def _build(spec: WorkerSpec):
     from seer.engine.speculator import Speculator
     from seer.rollout.file_pool import FileKVPool
     from seer.rollout.instances.engine import EngineInstance
-    from seer.spec.draft_server import DraftServer
-    from seer.spec.policy import PolicyConfig, SpecPolicy, VerifyCostModel
+    from seer.spec.policy import VerifyCostModel
 
     engine = LLMEngine(EngineConfig(model=spec.model, **spec.engine_kwargs))
     pool = FileKVPool(*spec.pool_dirs)
     speculator = None
     if spec.spec is not None:
-        policy = None
-        if spec.spec.adaptive and spec.cost_profile is not None:
-            policy = SpecPolicy(VerifyCostModel.from_profile(spec.cost_profile),
-                                PolicyConfig(gamma_max=spec.spec.gamma_max))
-        # adaptive without a profile is an error (Speculator raises), never a silent switch to gamma_max drafts
-        speculator = Speculator(DraftServer(), policy, spec.spec)
+        cost = VerifyCostModel.from_profile(spec.cost_profile) if spec.cost_profile is not None else None
+        speculator = Speculator.build(spec.spec, cost)
     return EngineInstance(spec.instance_id, engine, pool, speculator)
 
 
