@@ -1,4 +1,4 @@
-"""``seer bench engine|spec|rollout|serve|soak``: benchmarks that print ratios measured side by side in one run."""
+"""``seer bench engine|spec|rollout|serve|soak|faults``: side-by-side benchmarks, ratios measured in one run."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--quiet-wait-s", type=float, default=60.0)
     e.add_argument("--json", default=None)
     e.set_defaults(func=run_engine)
-    for name in ("spec", "rollout", "serve", "soak"):
+    for name in ("spec", "rollout", "serve", "soak", "faults"):
         try:
             mod = __import__(f"seer.bench.{name}_bench", fromlist=["add_parser"])
         except ModuleNotFoundError:

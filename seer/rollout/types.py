@@ -240,12 +240,25 @@ class RolloutResult:
         return out
 
 
+FAULT_POINTS = ("step", "evict", "import")
+
+
 @dataclass(frozen=True)
 class FaultPlan:
-    """Kill ``instance_id`` at virtual time ``at_s`` (tests and demos of fault tolerance)."""
+    """Kill ``instance_id`` (tests, demos and ``seer bench faults``). ``during``: ``step`` kills it at rollout
+    time ``at_s`` (virtual time in process, wall time for processes and Ray actors), wherever its step is;
+    ``evict`` in the middle of its first KV eviction to the pool, and ``import`` in the middle of its first
+    chunk start that loads KV from the pool (``at_s`` does not apply to those two)."""
 
     instance_id: int
-    at_s: float
+    at_s: float = 0.0
+    during: str = "step"
+
+    def __post_init__(self) -> None:
+        if self.during not in FAULT_POINTS:
+            raise ValueError(f"unknown fault point {self.during!r}; choose one of {', '.join(FAULT_POINTS)}")
+        if self.at_s < 0 or self.instance_id < 0:
+            raise ValueError("a fault needs instance_id >= 0 and at_s >= 0")
 
 
 class RolloutListener:

@@ -16,12 +16,14 @@ loops inject faults themselves.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.base import Instance
+from seer.rollout.instances.faulty import FaultyInstance
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.types import FaultPlan, GroupInput, RolloutListener, RolloutResult
 from seer.spec.metrics import SpecCounters
@@ -63,6 +65,11 @@ class Backend(abc.ABC):
             fault: FaultPlan | None, listener: RolloutListener | None = None) -> RolloutResult:
         instances, drafts = self._prepare(policy)
         self._clear_kv()
+        if fault is not None and fault.during != "step":  # dies in the middle of moving KV, not at a time
+            iid = fault.instance_id
+            instances = [FaultyInstance(i, fault.during, self._killer(iid)) if i.instance_id == iid else i
+                         for i in instances]
+            fault = None
         cost = self.verify_cost() if policy.critical else None
         with tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
                   unit="resp") as bar:
@@ -77,6 +84,8 @@ class Backend(abc.ABC):
         for rid in driver.aborted:
             self._drop_kv(rid)  # KV an aborted request had parked in the pool
         result = driver.result()
+        # every response is done, so any entry left is garbage: KV an instance died before importing
+        result.stats["kv_entries_dropped"] = self._clear_kv()
         if policy.speculative:
             result.stats["spec"] = self._spec_stats(drafts, result)
         return result
@@ -91,8 +100,17 @@ class Backend(abc.ABC):
         """Run steps until ``driver.done``; ``fault``: kill an instance at that wall time (wall-clock backends)."""
 
     @abc.abstractmethod
-    def _clear_kv(self) -> None:
-        """Empty the pool KV moves through between instances."""
+    def _clear_kv(self) -> int:
+        """Empty the pool KV moves through between instances; returns how many entries it held."""
+
+    def _killer(self, instance_id: int) -> Callable[[], None]:
+        """How to kill an instance for a fault plan (nothing to do for one in this process)."""
+        return lambda: None
+
+    def kill_instance(self, instance_id: int) -> None:
+        """Kill an instance now (fault injection: ``seer bench faults``); the next rollout or weight update
+        notices and starts it again. A no-op for instances in this process."""
+        self._killer(instance_id)()
 
     @abc.abstractmethod
     def _drop_kv(self, request_id: int) -> None:

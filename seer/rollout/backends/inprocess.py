@@ -47,6 +47,9 @@ class InProcessBackend(Backend):
         return profile_verify_cost(self.engines[0], cache_dir=cache_dir() / "profiles")
 
     def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], DraftServer | None]:
+        for engine in self.engines:  # an instance killed by a fault plan kept the requests it was running
+            for rid in list(engine.scheduler.requests):
+                engine.abort(rid)
         server = DraftServer() if policy.speculative else None
         instances: list[Instance] = []
         cfg = self.config.spec
@@ -60,8 +63,8 @@ class InProcessBackend(Backend):
     def _drive(self, driver: RolloutDriver, policy: RolloutPolicy, fault: FaultPlan | None) -> None:
         driver.run()
 
-    def _clear_kv(self) -> None:
-        self.pool.clear()
+    def _clear_kv(self) -> int:
+        return self.pool.clear()
 
     def _drop_kv(self, request_id: int) -> None:
         self.pool.drop(request_id)

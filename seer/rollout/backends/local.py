@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait
 
 from seer.rollout.backends.base import Backend, profile_here
@@ -21,7 +22,7 @@ from seer.rollout.file_pool import FileKVPool
 from seer.rollout.instances.base import ChunkStart, Instance, InstanceLost
 from seer.rollout.instances.remote import RemoteInstanceProxy
 from seer.rollout.instances.worker import WorkerSpec, worker_main
-from seer.rollout.policies import RolloutPolicy
+from seer.rollout.policies import RolloutPolicy, get_policy
 from seer.rollout.stall import StallWatch
 from seer.rollout.types import FaultPlan, RolloutStalled
 from seer.spec.policy import VerifyCostModel
@@ -105,6 +106,8 @@ class ProcessBackend(Backend):
         self.ctx = mp.get_context("spawn")
         self.proxies: dict[int, WorkerProxy] = {}
         self._spec_key: object = "unset"
+        self._weights: tuple[object, int] | None = None  # the last weights pushed, for respawned workers
+        self.after_weights_sent: Callable[[], None] | None = None  # fault injection (seer bench faults)
 
     # ------------------------------------------------------------------ processes
     def _spawn(self, policy: RolloutPolicy) -> None:
@@ -130,36 +133,59 @@ class ProcessBackend(Backend):
                 raise RuntimeError(f"instance {iid} failed to start:\n{msg[1]}")
             self.proxies[iid] = WorkerProxy(iid, proc, conn, msg[1], self.config.stall_timeout_s)
         self._spec_key = key
+        if self._weights is not None:  # new workers load the checkpoint: give them the weights of this run
+            self._push_weights(*self._weights)
 
     def weight_versions(self) -> list[int]:
         if not self.proxies:
-            return [0]
+            return [self._weights[1] if self._weights is not None else 0]
         return [p.snap["weight_version"] for p in self.proxies.values()]
 
     def update_weights(self, source, version: int | None = None) -> int:
-        if not self.proxies:
-            self._spawn(type("P", (), {"speculative": False})())
+        """Push new weights to every worker. A worker that died (here or earlier) makes this a clear error;
+        the next call respawns the workers, reloads the last weights pushed, then pushes the new ones."""
+        if not self.proxies or not all(p.proc.is_alive() for p in self.proxies.values()):
+            self._spawn(get_policy("verl"))
+        new = self._push_weights(source, version)
+        self._weights = (source, new)
+        return new
+
+    def _push_weights(self, source, version: int | None) -> int:
         versions = set()
-        for p in self.proxies.values():
-            p.conn.send(("update_weights", source, version))
         for iid, p in self.proxies.items():
-            while True:
-                try:
-                    if not p.conn.poll(READY_TIMEOUT_S):
-                        raise RuntimeError(f"instance {iid} did not finish its weight update within "
-                                           f"{READY_TIMEOUT_S:.0f} s")
-                    msg = p.conn.recv()
-                except (EOFError, OSError) as err:
-                    raise RuntimeError(f"instance {iid} died during its weight update") from err
-                if msg[0] == "error":
-                    raise RuntimeError(f"instance {iid} failed its weight update:\n{msg[1]}")
-                if msg[0] == "weights":
-                    versions.add(msg[1])
-                    p.snap["weight_version"] = msg[1]
-                    break
+            try:
+                p.conn.send(("update_weights", source, version))
+            except (BrokenPipeError, OSError) as err:
+                raise RuntimeError(f"instance {iid} is gone; its weight update failed (the next update "
+                                   f"restarts the instances)") from err
+        if self.after_weights_sent is not None:
+            self.after_weights_sent()
+        for iid, p in self.proxies.items():
+            versions.add(self._await_weights(iid, p))
+        lost = [iid for iid, p in self.proxies.items() if not p.proc.is_alive()]
+        if lost:  # died after answering: the instance is gone all the same
+            raise RuntimeError(f"instances {lost} died during their weight update (the next update restarts the "
+                               f"instances)")
         if len(versions) != 1:
             raise RuntimeError(f"instances ended on different weight versions {versions}")
         return versions.pop()
+
+    @staticmethod
+    def _await_weights(iid: int, p: WorkerProxy) -> int:
+        while True:
+            try:
+                if not p.conn.poll(READY_TIMEOUT_S):
+                    raise RuntimeError(f"instance {iid} did not finish its weight update within "
+                                       f"{READY_TIMEOUT_S:.0f} s")
+                msg = p.conn.recv()
+            except (EOFError, OSError) as err:
+                raise RuntimeError(f"instance {iid} died during its weight update (the next update restarts "
+                                   f"the instances)") from err
+            if msg[0] == "error":
+                raise RuntimeError(f"instance {iid} failed its weight update:\n{msg[1]}")
+            if msg[0] == "weights":
+                p.snap["weight_version"] = msg[1]
+                return int(msg[1])
 
     def _measure_cost(self) -> VerifyCostModel:
         return profile_here(self.model, self.engine_kwargs)
@@ -171,8 +197,17 @@ class ProcessBackend(Backend):
             p.conn.send(("begin",))
         return list(self.proxies.values()), BroadcastDrafts(self.proxies) if policy.speculative else None
 
-    def _clear_kv(self) -> None:
-        self.pool.clear()
+    def _clear_kv(self) -> int:
+        return self.pool.clear()
+
+    def _killer(self, instance_id: int) -> Callable[[], None]:
+        proc = self.proxies[instance_id].proc
+
+        def kill() -> None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join(10)
+
+        return kill
 
     def _drop_kv(self, request_id: int) -> None:
         self.pool.drop(request_id)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from seer.rollout.backends.base import Backend, profile_here
 from seer.rollout.driver import RolloutDriver
@@ -21,7 +22,7 @@ from seer.rollout.instances.base import ChunkStart, Instance, InstanceLost
 from seer.rollout.instances.remote import RemoteInstanceProxy
 from seer.rollout.instances.worker import WorkerSpec, snapshot
 from seer.rollout.kv_pool import KVPool, PoolStats
-from seer.rollout.policies import RolloutPolicy
+from seer.rollout.policies import RolloutPolicy, get_policy
 from seer.rollout.stall import StallWatch
 from seer.rollout.types import FaultPlan, RolloutStalled
 from seer.spec.policy import VerifyCostModel
@@ -182,11 +183,14 @@ class RayBackend(Backend):
         self.proxies: dict[int, ActorProxy] = {}
         self.handoff: dict[int, object] = {}  # request id -> object ref of its evicted KV (the pool between actors)
         self._key: object = "unset"
+        self._weights: tuple[object, int] | None = None  # the last weights pushed, for restarted actors
+        self._lost = False  # an actor died: the next rollout or weight update starts them all again
+        self.after_weights_sent: Callable[[], None] | None = None  # fault injection (seer bench faults)
 
-    def _spawn(self, policy: RolloutPolicy) -> None:
+    def _spawn(self, policy: RolloutPolicy, force: bool = False) -> None:
         ray = self.ray
         spec = self.config.spec if policy.speculative else None
-        if self.proxies and self._key == spec:
+        if self.proxies and self._key == spec and not force:
             return
         self.close_actors()
         profile = self.verify_cost().to_profile() if spec is not None and spec.adaptive else None
@@ -205,31 +209,63 @@ class RayBackend(Backend):
                     f"(Ray runs workers at a lower priority)") from None
             self.proxies[iid] = ActorProxy(iid, actor, snap, handoff)
         self._key = spec
+        if self._weights is not None:  # new actors load the checkpoint: give them the weights of this run
+            self._push_weights(*self._weights)
 
     def weight_versions(self) -> list[int]:
-        return [p.snap["weight_version"] for p in self.proxies.values()] or [0]
+        default = self._weights[1] if self._weights is not None else 0
+        return [p.snap["weight_version"] for p in self.proxies.values()] or [default]
 
     def update_weights(self, source, version: int | None = None) -> int:
-        if not self.proxies:
-            self._spawn(type("P", (), {"speculative": False})())
+        """Push new weights to every actor. A lost actor makes this a clear error; the next call starts the
+        actors again, reloads the last weights pushed, then pushes the new ones."""
+        if not self.proxies or self._lost:
+            self._spawn(get_policy("verl"), force=True)
+        new = self._push_weights(source, version)
+        self._weights = (source, new)
+        return new
+
+    def _push_weights(self, source, version: int | None) -> int:
+        ray = self.ray
         refs = [p.actor.update_weights.remote(source, version) for p in self.proxies.values()]
-        versions = list(self.ray.get(refs, timeout=CALL_TIMEOUT_S))
+        if self.after_weights_sent is not None:
+            self.after_weights_sent()
+        try:
+            versions = list(ray.get(refs, timeout=CALL_TIMEOUT_S))
+            # an actor that died right after answering is lost all the same
+            ray.get([p.actor.snapshot.remote() for p in self.proxies.values()], timeout=CALL_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as err:
+            self._lost = True
+            raise RuntimeError(f"an instance was lost during its weight update ({type(err).__name__}); the "
+                               f"next update restarts the instances") from err
         for p, v in zip(self.proxies.values(), versions):  # one version per actor, in the proxies' order
             p.snap["weight_version"] = v
         if len(set(versions)) != 1:
             raise RuntimeError(f"instances loaded different weight versions: {versions}")
+        self._lost = False
         return versions[0]
 
     def _measure_cost(self) -> VerifyCostModel:
         return profile_here(self.model, self.engine_kwargs)
 
     def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], _ActorDrafts | None]:
-        self._spawn(policy)
-        self.ray.get([p.actor.begin.remote() for p in self.proxies.values()], timeout=CALL_TIMEOUT_S)
+        ray = self.ray
+        self._spawn(policy, force=self._lost)
+        try:
+            ray.get([p.actor.begin.remote() for p in self.proxies.values()], timeout=CALL_TIMEOUT_S)
+        except ray.exceptions.RayActorError:  # lost since the last rollout: start them again, same weights
+            self._spawn(policy, force=True)
+            ray.get([p.actor.begin.remote() for p in self.proxies.values()], timeout=CALL_TIMEOUT_S)
         return list(self.proxies.values()), _ActorDrafts(self.proxies) if policy.speculative else None
 
-    def _clear_kv(self) -> None:
+    def _clear_kv(self) -> int:
+        n = len(self.handoff)
         self.handoff.clear()
+        return n
+
+    def _killer(self, instance_id: int) -> Callable[[], None]:
+        actor = self.proxies[instance_id].actor
+        return lambda: self.ray.kill(actor)
 
     def _drop_kv(self, request_id: int) -> None:
         self.handoff.pop(request_id, None)
@@ -258,6 +294,7 @@ class RayBackend(Backend):
                 iid = in_flight.pop(ready[0])
                 self._on_step(driver, proxies, iid, ready[0], t0, policy, watch)
             watch.check(driver)
+        self._lost = self._lost or driver.alive != set(proxies)
 
     def _on_step(self, driver: RolloutDriver, proxies: dict[int, ActorProxy], iid: int, ref: object, t0: float,
                  policy: RolloutPolicy, watch: StallWatch) -> None:
