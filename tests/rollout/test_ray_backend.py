@@ -35,22 +35,28 @@ def test_an_actor_that_never_starts_is_a_clear_error() -> None:
         backend._spawn(SimpleNamespace(speculative=False))
 
 
+def _updating(versions) -> tuple[RayBackend, list]:
+    """A backend over fake actors whose weight updates return ``versions`` in turn."""
+    backend = RayBackend.__new__(RayBackend)
+    calls: list[int] = []
+    it = iter(versions)
+    actor = SimpleNamespace(update_weights=SimpleNamespace(remote=lambda source, version: calls.append(1) or next(it)),
+                            snapshot=SimpleNamespace(remote=lambda: {}))
+    backend.ray = SimpleNamespace(get=lambda refs, timeout=None: list(refs))
+    backend.proxies = {i: SimpleNamespace(actor=actor, snap={"weight_version": 0}) for i in range(len(versions))}
+    backend._lost, backend._weights, backend.after_weights_sent = False, None, None
+    return backend, calls
+
+
 def test_update_weights_records_the_version_of_every_actor() -> None:
     """Each proxy's snapshot gets its own actor's new version, so the coordinator sees them agree."""
-    backend = RayBackend.__new__(RayBackend)
-    calls = []
-    actor = SimpleNamespace(update_weights=SimpleNamespace(remote=lambda source, version: calls.append(1) or 3))
-    backend.ray = SimpleNamespace(get=lambda refs, timeout=None: list(refs))
-    backend.proxies = {i: SimpleNamespace(actor=actor, snap={"weight_version": 0}) for i in range(3)}
+    backend, calls = _updating([3, 3, 3])
     assert backend.update_weights("ckpt") == 3 and len(calls) == 3
     assert backend.weight_versions() == [3, 3, 3]
+    assert backend._weights == ("ckpt", 3)  # what restarted actors will be given
 
 
 def test_actors_that_disagree_after_an_update_are_an_error() -> None:
-    backend = RayBackend.__new__(RayBackend)
-    versions = iter([3, 4])
-    actor = SimpleNamespace(update_weights=SimpleNamespace(remote=lambda source, version: next(versions)))
-    backend.ray = SimpleNamespace(get=lambda refs, timeout=None: list(refs))
-    backend.proxies = {i: SimpleNamespace(actor=actor, snap={"weight_version": 0}) for i in range(2)}
+    backend, _ = _updating([3, 4])
     with pytest.raises(RuntimeError, match=r"different weight versions: \[3, 4\]"):
         backend.update_weights("ckpt")
