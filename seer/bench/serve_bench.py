@@ -299,21 +299,27 @@ def main_json(report: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- CLI
 def add_parser(bsub: Any) -> None:
     p = bsub.add_parser("serve", help="HTTP serving overhead and throughput vs `vllm serve`")
-    p.add_argument("--model", default=None)
+    p.add_argument("--model", default=None,
+                   help="model directory or known name (default: smollm2-135m-instruct, prepared on first use)")
     p.add_argument("--prompts", type=int, default=32, help="GSM8K prompts (first N of the test set)")
     p.add_argument("--limit", type=int, default=None, help="alias of --prompts")
-    p.add_argument("-n", "--n", type=int, default=8)
+    p.add_argument("-n", "--n", type=int, default=8, help="samples per prompt (one request each prompt)")
     p.add_argument("--max-tokens", type=int, default=None, help="default: the engine bench's 512")
-    p.add_argument("--instances", type=int, default=1)
-    p.add_argument("--policy", default="seer")
-    p.add_argument("--chunk-tokens", type=int, default=32)
+    p.add_argument("--instances", type=int, default=1, help="engine instances")
+    p.add_argument("--policy", default="seer",
+                   help="verl, divided, context, seer or oracle; NAME+critical adds critical-path placement")
+    p.add_argument("--chunk-tokens", type=int, default=32,
+                   help="tokens a request generates per chunk before it returns to the buffer (divided rollout)")
     p.add_argument("--kv-cache-gb", type=float, default=2.0, help="KV per instance, and vLLM's KV budget")
     p.add_argument("--threads", type=int, default=None, help="torch threads per instance")
     p.add_argument("--peer", default="vllm", help="'vllm' or '' (Seer only)")
-    p.add_argument("--start-timeout-s", type=float, default=600.0)
-    p.add_argument("--timeout-s", type=float, default=3600.0)
-    p.add_argument("--quiet-wait-s", type=float, default=60.0)
-    p.add_argument("--json", default=None)
+    p.add_argument("--start-timeout-s", type=float, default=600.0,
+                   help="give up if a server does not answer within this long")
+    p.add_argument("--timeout-s", type=float, default=3600.0, help="give up on a run after this long")
+    p.add_argument("--quiet-wait-s", type=float, default=60.0,
+                   help="wait up to this long for the machine to be quiet before measuring")
+    p.add_argument("--json", default=None,
+                   help="write the report here as JSON (a PNG plot beside it where the command makes one)")
     p.set_defaults(func=run)
 
 

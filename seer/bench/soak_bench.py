@@ -28,16 +28,20 @@ WARMUP = 5  # iterations before memory is expected to be flat (allocator pools, 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
     p = bsub.add_parser("soak", help="many rollout + weight-update iterations: memory, pool and counters")
     p.add_argument("--model", default=None, help="model directory or known name (default: SmolLM2-135M)")
-    p.add_argument("--iterations", type=int, default=50)
-    p.add_argument("--backend", choices=("inprocess", "local"), default="local")
-    p.add_argument("--instances", type=int, default=2)
-    p.add_argument("--policy", default="seer")
+    p.add_argument("--iterations", type=int, default=50, help="rollout + weight-update iterations")
+    p.add_argument("--backend", choices=("inprocess", "local"), default="local",
+                   help="where instances run: inprocess or local (one process each)")
+    p.add_argument("--instances", type=int, default=2, help="engine instances")
+    p.add_argument("--policy", default="seer",
+                   help="verl, divided, context, seer or oracle; NAME+critical adds critical-path placement")
     p.add_argument("--groups", type=int, default=4, help="prompts per rollout")
-    p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--group-size", type=int, default=4, help="responses per prompt (G)")
+    p.add_argument("--max-tokens", type=int, default=32, help="most tokens a response may generate")
     p.add_argument("--num-kv-blocks", type=int, default=64, help="KV blocks per instance (small: KV moves)")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--json", default=None)
+    p.add_argument("--dtype", default="auto",
+                   help="auto: bf16 where computed natively (AVX512_BF16, AMX, CUDA), else float32")
+    p.add_argument("--json", default=None,
+                   help="write the report here as JSON (a PNG plot beside it where the command makes one)")
     p.set_defaults(func=run)
 
 

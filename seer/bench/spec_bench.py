@@ -28,15 +28,18 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", default=None, help="token-id trace (math_cot_groups.jsonl format)")
     p.add_argument("--limit", type=int, default=None, help="replay only the first N groups")
     p.add_argument("--engine", action="store_true", help="measure the real engine's speedup")
-    p.add_argument("--model", default=None)
-    p.add_argument("--batch-sizes", default="1,4,16,64")
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--k-branches", type=int, default=1)
+    p.add_argument("--model", default=None,
+                   help="model directory or known name (default: smollm2-135m-instruct, prepared on first use)")
+    p.add_argument("--batch-sizes", default="1,4,16,64", help="comma list of batch sizes to measure")
+    p.add_argument("--group-size", type=int, default=8, help="responses per prompt (G)")
+    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature of the siblings")
+    p.add_argument("--max-tokens", type=int, default=256, help="most tokens a response may generate")
+    p.add_argument("--k-branches", type=int, default=1, help="draft tree branches (1: single-path drafts)")
     p.add_argument("--repeats", type=int, default=1, help="alternate off/on runs this many times (median)")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--json", default=None)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per engine instance (default: the cores divided among instances)")
+    p.add_argument("--json", default=None,
+                   help="write the report here as JSON (a PNG plot beside it where the command makes one)")
     p.set_defaults(func=run)
 
 

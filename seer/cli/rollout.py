@@ -15,36 +15,44 @@ from seer.rollout.orderings import CONTEXT_RANKS, OrderingConfig
 
 
 def add_rollout_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None)
+    p.add_argument("--model", default=None,
+                   help="model directory or known name (default: smollm2-135m-instruct, prepared on first use)")
     p.add_argument("--prompts", default=None, help="prompts JSONL (question/prompt/messages/prompt_token_ids)")
     p.add_argument("--trace", default=None, help="replay a trace (token-id or length-only format)")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts / trace groups")
     p.add_argument("--sample", type=int, default=None, help="a random sample of N trace groups")
-    p.add_argument("--length-scale", type=float, default=1.0)
-    p.add_argument("--max-len", type=int, default=None)
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--instances", type=int, default=2)
-    p.add_argument("--backend", default="inprocess", choices=["inprocess", "local", "ray"])
-    p.add_argument("--chunk-tokens", type=int, default=128)
+    p.add_argument("--length-scale", type=float, default=1.0,
+                   help="scale every trace length (prompts and responses) by this factor in (0, 1]")
+    p.add_argument("--max-len", type=int, default=None,
+                   help="cap replayed response lengths at this many tokens (default: no cap)")
+    p.add_argument("--group-size", type=int, default=8, help="responses per prompt (G)")
+    p.add_argument("--instances", type=int, default=2, help="engine instances")
+    p.add_argument("--backend", default="inprocess", choices=["inprocess", "local", "ray"],
+                   help="inprocess (virtual clock per instance), local (a process each) or ray (actors)")
+    p.add_argument("--chunk-tokens", type=int, default=128,
+                   help="tokens a request generates per chunk before it returns to the buffer (divided rollout)")
     p.add_argument("--context-rank", default=OrderingConfig.rank, choices=CONTEXT_RANKS,
                    help="context ordering of non-probes: hedged remaining length, or the paper's group order")
     p.add_argument("--kv-affinity-spread", type=int, default=32,
                    help="resume a request where its KV is only while that instance runs at most this many more "
                         "requests than the least loaded one; -1: always")
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=int, default=256, help="most tokens a response may generate")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default 1.0; a length-only --trace defaults to each group's "
                         "recorded temperature/top_p/top_k)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--kv-cache-gb", type=float, default=1.0)
-    p.add_argument("--num-kv-blocks", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=1.0,
+                   help="nucleus sampling: keep the smallest set of tokens with this much probability (1.0: off)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (each group and sibling derives its own from it)")
+    p.add_argument("--kv-cache-gb", type=float, default=1.0, help="KV cache memory per instance, GiB")
+    p.add_argument("--num-kv-blocks", type=int, default=None,
+                   help="KV cache blocks per instance (overrides --kv-cache-gb)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per instance")
     p.add_argument("--dtype", default="auto",
                    help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
                         "AMX), else float32; or float32, bfloat16, float16")
-    p.add_argument("--fail-instance", type=int, default=None)
-    p.add_argument("--fail-after-s", type=float, default=None)
+    p.add_argument("--fail-instance", type=int, default=None,
+                   help="inject a fault: kill this instance (with --fail-after-s)")
+    p.add_argument("--fail-after-s", type=float, default=None, help="... this many seconds into the rollout")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -24,29 +24,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve rollouts over HTTP (OpenAI / SGLang compatible)")
     p.add_argument("--model", default=None, help="HF model directory or known name (default smollm2-135m-instruct)")
     p.add_argument("--served-model-name", default=None, help="the name clients use (default: --model as given)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (loopback by default; use 0.0.0.0 to serve other machines)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--api-key", default=os.environ.get("SEER_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $SEER_API_KEY, else no key)")
-    p.add_argument("--instances", type=int, default=1)
-    p.add_argument("--backend", default="inprocess", choices=["inprocess", "local", "ray"])
+    p.add_argument("--instances", type=int, default=1, help="engine instances behind the server")
+    p.add_argument("--backend", default="inprocess", choices=["inprocess", "local", "ray"],
+                   help="inprocess (virtual clock per instance), local (a process each) or ray (actors)")
     p.add_argument("--policy", default="seer", help="verl, divided, context, seer")
-    p.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS)
+    p.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS,
+                   help="tokens per chunk (small: results stream and aborts land per chunk)")
     p.add_argument("--batch-window-ms", type=float, default=20.0,
                    help="a batch closes after this long without a new request")
     p.add_argument("--batch-max-wait-ms", type=float, default=500.0, help="... or this long after its first one")
     p.add_argument("--dtype", default="auto",
                    help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
                         "AMX), else float32; or float32, bfloat16, float16")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--kv-cache-gb", type=float, default=1.0, help="KV cache per instance")
-    p.add_argument("--num-kv-blocks", type=int, default=None)
-    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--num-kv-blocks", type=int, default=None,
+                   help="KV cache blocks per instance (overrides --kv-cache-gb)")
+    p.add_argument("--max-num-seqs", type=int, default=256, help="most sequences an instance runs in one step")
     p.add_argument("--threads", type=int, default=None, help="torch threads per instance")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-body-mb", type=float, default=8.0)
+    p.add_argument("--seed", type=int, default=0, help="random seed (each group and sibling derives its own from it)")
+    p.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body accepted, MiB")
     p.add_argument("--no-spec-adaptive", action="store_true", help="fixed draft length (no verify-cost profile)")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="server log level")
     p.set_defaults(func=run)
 
 

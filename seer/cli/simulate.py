@@ -31,17 +31,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--limit", type=int, default=None, help="first N groups of the trace")
     src.add_argument("--sample", type=int, default=None, help="N random groups of the trace (seeded)")
     src.add_argument("--max-tokens", type=int, default=None, help="response cap for a trace (default: longest)")
-    src.add_argument("--seed", type=int, default=0)
+    src.add_argument("--seed", type=int, default=0, help="random seed (each group and sibling derives its own from it)")
     src.add_argument("--no-fitted", action="store_true", help="presets: ignore fitted.json (neutral defaults)")
     cl = p.add_argument_group("cluster")
     cl.add_argument("--instances", type=int, default=None, help="number of instances (default: the preset's)")
-    cl.add_argument("--gpus-per-instance", type=int, default=None)
+    cl.add_argument("--gpus-per-instance", type=int, default=None,
+                    help="accelerators per instance (default: the preset's)")
     cl.add_argument("--accelerator", default=None, help="h800, h100, h200, a100, cpu-2core")
     cl.add_argument("--model", default=None, help="model profile (see seer.sim.hardware.MODELS)")
     cl.add_argument("--kv-tokens", type=int, default=None, help="KV capacity per instance in tokens")
     cl.add_argument("--constants", default=None, help="cost constants JSON (a --calibrate report)")
     run = p.add_argument_group("run")
-    run.add_argument("--policies", default="verl,divided,context,seer,oracle")
+    run.add_argument("--policies", default="verl,divided,context,seer,oracle",
+                     help="comma list of policies to run side by side")
     run.add_argument("--chunk-tokens", type=int, default=None, help="divided-rollout chunk (default 8192 for "
                                                                    "presets, max_tokens/8 for traces)")
     run.add_argument("--quantum", type=int, default=0, help="real tokens per simulated token (0: automatic)")
@@ -52,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="context ordering of non-probes: hedged remaining length, or the paper's group order")
     run.add_argument("--json", default=None, help="write the report here")
     run.add_argument("--plots", default=None, help="write PNG plots into this directory")
-    run.add_argument("--no-progress", action="store_true")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--calibrate", default=None, metavar="STEPS_JSONL",
                    help="fit cost constants to measured steps {num_seqs, num_tokens, context_tokens, seconds}")
     p.add_argument("--fit-baseline", action="store_true", help="fit the presets' unknowns to the paper's veRL")

@@ -88,11 +88,11 @@ class FileKVPool(KVPool):
 
     def clear(self) -> int:
         stale = [Path(e.path) for d in (self.memory_dir, self.spill_dir) for e in os.scandir(d)
-                 if e.name.endswith(".kv")]
+                 if e.name.endswith((".kv", ".tmp"))]  # .tmp: a writer killed mid-put
         for path in stale:
             path.unlink(missing_ok=True)
             path.with_suffix(".json").unlink(missing_ok=True)
-        return len(stale)
+        return sum(p.suffix == ".kv" for p in stale)
 
     def contains(self, request_id: Hashable) -> bool:
         return any(p.exists() for p in self._paths(request_id))

@@ -9,6 +9,7 @@ import pytest
 
 from seer.engine.speculator import SpecConfig
 from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
+from seer.rollout.instances.base import InstanceLost
 from seer.rollout.instances.worker import WorkerSpec, _build
 from seer.rollout.types import FaultPlan, GroupInput, RolloutStalled
 from seer.sampling_params import SamplingParams
@@ -147,6 +148,20 @@ def test_process_backend_reports_a_worker_that_stops_answering(tiny):
             os.kill(frozen.pid, signal.SIGKILL)
         assert time.monotonic() - t0 < 60
         assert "stall timeout" in str(err.value)  # the diagnosis names the silent instance and the timeout
+
+
+def test_an_eviction_from_a_dead_worker_is_a_loss_at_once(tiny):
+    """The driver may evict from a worker that died a moment ago, before its loop noticed: that is the instance
+    lost (InstanceLost, its requests recompute elsewhere), found within a second, not a 60 s stall."""
+    with coordinator(tiny, backend="local") as c:
+        c.rollout(groups(n=1, g=2), policy="divided", progress=False)  # the workers are up
+        proxy = c.backend.proxies[1]
+        os.kill(proxy.proc.pid, signal.SIGKILL)
+        proxy.proc.join(10)
+        t0 = time.monotonic()
+        with pytest.raises(InstanceLost):
+            proxy.evict(12345)
+        assert time.monotonic() - t0 < 5
 
 
 @pytest.mark.slow

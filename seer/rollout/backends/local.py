@@ -52,7 +52,11 @@ class WorkerProxy(RemoteInstanceProxy):
             self.conn.send(("evict", request_id))
             deadline = time.monotonic() + self.answer_timeout_s
             while True:  # other messages that arrive meanwhile are kept for the main loop
-                if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                if not self.conn.poll(min(0.5, max(0.0, deadline - time.monotonic()))):
+                    if not self.proc.is_alive():
+                        raise EOFError("the instance process died")
+                    if time.monotonic() < deadline:
+                        continue
                     raise RolloutStalled(f"instance {self.instance_id} did not answer an eviction within "
                                          f"{self.answer_timeout_s:g} s (stall timeout)")
                 msg = self.conn.recv()
@@ -124,6 +128,7 @@ class ProcessBackend(Backend):
             ws = WorkerSpec(iid, self.model, self.engine_kwargs, pool_dirs, spec, profile)
             proc = self.ctx.Process(target=worker_main, args=(child, ws), daemon=True, name=f"seer-instance-{iid}")
             proc.start()
+            child.close()  # the worker holds its end: when it dies, this end reads EOF at once
             pending[iid] = (proc, parent)
         for iid, (proc, conn) in pending.items():
             if not conn.poll(READY_TIMEOUT_S):
