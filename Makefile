@@ -29,10 +29,12 @@ demo: install
 
 test: install
 	$(VENV)/bin/ruff check seer tests
+	$(VENV)/bin/mypy
 	$(PY) -m pytest tests
 
 test-fast: install
 	$(VENV)/bin/ruff check seer tests
+	$(VENV)/bin/mypy
 	$(PY) -m pytest tests -m "not slow"
 
 bench-engine: install

@@ -71,7 +71,8 @@ class LinearStepCost:
         scale = x.max(axis=0)  # columns on one scale, so the subset solver's conditioning is sane
         coef = nnls(x / scale / t[:, None], np.ones_like(t)) / scale
         mape = float(np.mean(np.abs(x @ coef - t) / t))
-        return cls(*(float(c) for c in coef), steps=len(usable), mape=mape)
+        fixed, per_seq, per_token, per_pair = (float(c) for c in coef)
+        return cls(fixed, per_seq, per_token, per_pair, steps=len(usable), mape=mape)
 
 
 def measured_steps(decisions: Mapping[int, Sequence[Sequence[tuple]]],

@@ -224,6 +224,7 @@ class DraftServer:
         assert set(self._history) == set(self._history_order), "history tables disagree"
         for key, hist in self._history.items():
             hist.check_integrity()
-            assert sorted(hist.stream_ids()) == sorted(self._history_order[key]), f"history order of {key!r}"
+            assert set(hist.stream_ids()) == set(self._history_order[key]), f"history order of {key!r}"
+            assert len(hist.stream_ids()) == len(self._history_order[key]), f"history order of {key!r}"
             assert len(self._history_order[key]) <= self.config.history_streams
         self.metrics.check_integrity()

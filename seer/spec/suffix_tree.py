@@ -237,9 +237,9 @@ class SuffixIndex:
         for li, n in enumerate(self._levels):
             got = self._index[li]
             assert set(got) == set(expect[li]), f"level {n}: key sets differ"
-            for key, lst in got.items():
-                assert lst, f"level {n}: empty occurrence list for {key!r}"
-                assert sorted(lst) == sorted(expect[li][key]), f"level {n}: occurrences of {key!r} differ"
+            for got_key, lst in got.items():
+                assert lst, f"level {n}: empty occurrence list for {got_key!r}"
+                assert sorted(lst) == sorted(expect[li][got_key]), f"level {n}: occurrences of {got_key!r} differ"
         assert set(self._ids.values()) == {i for i, t in enumerate(self._streams) if t is not None}
         for name, sidx in self._ids.items():
             assert self._names[sidx] == name, f"stream name table broken for {name!r}"
