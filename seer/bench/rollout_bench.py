@@ -143,6 +143,19 @@ def summary_table(reports: dict[str, dict], bound_s: float | None) -> str:
     return "\n".join(lines)
 
 
+def report_row(out) -> dict[str, Any]:
+    """One policy's row of the report: its metrics, where its instance time went and its drafting."""
+    stats = out.result.stats
+    row = out.metrics.to_dict()
+    row["wall_s"] = round(out.wall_s, 2)
+    for key in ("kv_sources", "affinity_yields", "critical_isolated"):
+        row[key] = stats.get(key)
+    row["time_split"] = split_totals(row)
+    if "spec" in stats:
+        row["spec"] = {k: v for k, v in stats["spec"].items() if k != "per_group"}
+    return row
+
+
 def run(args: argparse.Namespace) -> int:
     from seer.rollout.metrics import compare, reference_ratios
     from seer.rollout.plots import plot_rollout
@@ -164,17 +177,8 @@ def run(args: argparse.Namespace) -> int:
     with RolloutCoordinator(model, cfg) as c:
         for name in policies:
             out = c.rollout(groups, policy=name)
-            results[name] = out.result
-            row = out.metrics.to_dict()
-            row["wall_s"] = round(out.wall_s, 2)
-            row["kv_sources"] = out.result.stats.get("kv_sources")
-            row["affinity_yields"] = out.result.stats.get("affinity_yields")
-            row["critical_isolated"] = out.result.stats.get("critical_isolated")
-            row["time_split"] = split_totals(row)
-            if "spec" in out.result.stats:
-                row["spec"] = {k: v for k, v in out.result.stats["spec"].items() if k != "per_group"}
-            reports[name] = row
-            print(json.dumps({name: {k: row[k] for k in SUMMARY_KEYS}}))
+            results[name], reports[name] = out.result, report_row(out)
+            print(json.dumps({name: {k: reports[name][k] for k in SUMMARY_KEYS}}))
         bound = bound_for(c, results, args.instances, groups, budget["kv_tokens_per_instance"])
     errors: dict[str, str] = {}
     if args.peer:
