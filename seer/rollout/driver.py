@@ -18,6 +18,7 @@ when their current chunk returns.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterable
@@ -39,6 +40,7 @@ from seer.rollout.request_buffer import RequestBuffer
 from seer.rollout.types import (
     FINISH_ABORT,
     Assignment,
+    DriverCounters,
     FaultPlan,
     GroupInput,
     KVSource,
@@ -93,10 +95,7 @@ class RolloutDriver:
         self.busy: dict[int, list[tuple[float, float]]] = {i: [] for i in self.instances}
         self.step_costs: dict[int, list[tuple[float, float]]] = {i: [] for i in self.instances}  # (draft, kv)
         self.decisions: dict[int, list[tuple]] = {i: [] for i in self.instances}
-        # tokens: returned at chunk ends; emitted: committed by steps (a response running as one chunk, as in
-        # verl, returns its tokens only when it finishes, so progress reads emitted)
-        self.counters = {"preemptions": 0, "evictions": 0, "kv_bytes_moved": 0, "steps": 0, "tokens": 0,
-                         "emitted": 0}
+        self.counters = DriverCounters()
         self._progress_at = 0.0
         self.listener = listener
         self.aborted: set[int] = set()                  # request ids finished by abort
@@ -255,8 +254,8 @@ class RolloutDriver:
         except InstanceLost:
             self._kill(iid)
             return False
-        self.counters["kv_bytes_moved"] += nbytes
-        self.counters["evictions"] += 1
+        self.counters.kv_bytes_moved += nbytes
+        self.counters.evictions += 1
         req = self.buffer.requests[rid]
         req.kv_instance, req.kv_in_pool = None, True
         return True
@@ -266,7 +265,7 @@ class RolloutDriver:
         res = self.results[ev.request_id]
         res.token_ids += ev.new_token_ids
         res.logprobs += ev.new_logprobs
-        self.counters["tokens"] += len(ev.new_token_ids)
+        self.counters.tokens += len(ev.new_token_ids)
         abort = ev.request_id in self._aborting and not ev.finished
         self._aborting.discard(ev.request_id)
         if abort:
@@ -283,9 +282,9 @@ class RolloutDriver:
         self.busy[iid].append((start, start + rep.duration_s))
         self.step_costs[iid].append((rep.draft_s, rep.kv_s))
         self.decisions[iid].append(rep.trace)
-        self.counters["steps"] += 1
-        self.counters["preemptions"] += rep.preemptions
-        self.counters["emitted"] += sum(len(toks) for _, toks in rep.new_tokens)
+        self.counters.steps += 1
+        self.counters.preemptions += rep.preemptions
+        self.counters.emitted += sum(len(toks) for _, toks in rep.new_tokens)
 
     # ------------------------------------------------------------------ faults
     def _kill(self, iid: int) -> None:
@@ -298,7 +297,7 @@ class RolloutDriver:
         for req in self.buffer.requests.values():
             if req.kv_instance == iid:
                 req.kv_instance, req.kv_tokens = None, 0
-        self.counters["failed_instances"] = self.counters.get("failed_instances", 0) + 1
+        self.counters.failed_instances += 1
 
     # ------------------------------------------------------------------ main loop
     def begin(self) -> None:
@@ -365,13 +364,14 @@ class RolloutDriver:
 
         ids = sorted(self.instances)
         metrics = compute_metrics(records, [self.busy[i] for i in ids],
-                                  preemptions=self.counters["preemptions"],
+                                  preemptions=self.counters.preemptions,
                                   reprefill_tokens=self.buffer.reprefill_tokens + summed("reprefill_tokens"),
-                                  kv_bytes_moved=self.counters["kv_bytes_moved"] + summed("kv_bytes_loaded"),
+                                  kv_bytes_moved=self.counters.kv_bytes_moved + summed("kv_bytes_loaded"),
                                   step_costs=[self.step_costs[i] for i in ids],
                                   reprefill_reasons=self._reprefill_reasons(instance_stats.values()))
         critical = self.buffer.critical
-        stats = dict(self.counters, aborted=len(self.aborted), affinity_yields=self.buffer.affinity_yields,
+        stats = dict(dataclasses.asdict(self.counters), aborted=len(self.aborted),
+                     affinity_yields=self.buffer.affinity_yields,
                      critical_isolated=critical.isolated if critical is not None else 0,
                      kv_sources={k.value: v for k, v in self.buffer.kv_sources.items()},
                      instances=instance_stats, busy=self.busy, step_costs=self.step_costs)

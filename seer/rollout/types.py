@@ -240,6 +240,21 @@ class RolloutResult:
         return out
 
 
+@dataclass
+class DriverCounters:
+    """What one rollout's driver counted. ``tokens`` are returned at chunk ends; ``emitted`` are committed by
+    steps (a response running as one chunk, as in verl, returns its tokens only when it finishes, so progress
+    reads ``emitted``)."""
+
+    preemptions: int = 0
+    evictions: int = 0
+    kv_bytes_moved: int = 0
+    steps: int = 0
+    tokens: int = 0
+    emitted: int = 0
+    failed_instances: int = 0
+
+
 FAULT_POINTS = ("step", "evict", "import")
 
 

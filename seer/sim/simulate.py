@@ -157,7 +157,7 @@ def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster
     for inst in instances:
         inst.check_integrity()
     timelines = {i.instance_id: i.timeline for i in instances if i.timeline is not None}
-    return PolicyRun(policy.name, result, driver.busy, timelines, wall, driver.counters["steps"],
+    return PolicyRun(policy.name, result, driver.busy, timelines, wall, driver.counters.steps,
                      _instance_spec_stats(instances) if spec is not None else None)
 
 

@@ -162,7 +162,7 @@ def _progress(bar: tqdm):
 
     def update(driver: RolloutDriver) -> None:
         bar.update(driver.buffer.num_finished - bar.n)
-        bar.set_postfix(tok_s=f"{driver.counters['emitted'] / max(driver.now, 1e-9):.0f}",
+        bar.set_postfix(tok_s=f"{driver.counters.emitted / max(driver.now, 1e-9):.0f}",
                         running=driver.buffer.num_running, queued=driver.buffer.num_buffered)
 
     return update
