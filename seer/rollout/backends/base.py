@@ -4,9 +4,10 @@ Around the steps, every backend does the same things, and they live here once (`
 instances ready for this policy and restart their per-rollout counters; empty the KV pool (request ids restart
 each rollout, so an old entry would pass for a new request's KV); build the driver with the policy's ordering,
 dispatch and critical-path settings; show progress; drive steps until every group has its G responses; then
-release the KV instances still hold and the pool entries of aborted requests, and attach the drafting stats.
+release the KV instances still hold, empty the pool again (what is left there is garbage), and attach the
+drafting stats.
 A backend says only how its instances are made ready (``_prepare``), how steps are driven (``_drive``) and where
-its pool lives (``_clear_kv``, ``_drop_kv``).
+its pool lives (``_clear_kv``).
 
 In-process instances run on virtual time (each instance's measured step durations, one clock each), so faults
 are injected by the driver at a virtual time; local processes and Ray actors run on the wall clock, and their
@@ -81,10 +82,9 @@ class Backend(abc.ABC):
         for inst in instances:  # a proxy of a dead instance ignores the call: its KV is gone anyway
             for rid in inst.resident():
                 inst.release(rid)
-        for rid in driver.aborted:
-            self._drop_kv(rid)  # KV an aborted request had parked in the pool
         result = driver.result()
-        # every response is done, so any entry left is garbage: KV an instance died before importing
+        # every response is done, so any entry left is garbage: KV of aborted requests, KV an instance died
+        # before importing
         result.stats["kv_entries_dropped"] = self._clear_kv()
         if policy.speculative:
             result.stats["spec"] = self._spec_stats(drafts, result)
@@ -111,10 +111,6 @@ class Backend(abc.ABC):
         """Kill an instance now (fault injection: ``seer bench faults``); the next rollout or weight update
         notices and starts it again. A no-op for instances in this process."""
         self._killer(instance_id)()
-
-    @abc.abstractmethod
-    def _drop_kv(self, request_id: int) -> None:
-        """Drop one request's pool entry, if any."""
 
     @staticmethod
     def _spec_stats(drafts: Any, result: RolloutResult) -> dict:

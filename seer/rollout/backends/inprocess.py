@@ -66,8 +66,6 @@ class InProcessBackend(Backend):
     def _clear_kv(self) -> int:
         return self.pool.clear()
 
-    def _drop_kv(self, request_id: int) -> None:
-        self.pool.drop(request_id)
 
     def close(self) -> None:
         self.engines.clear()

@@ -214,8 +214,6 @@ class ProcessBackend(Backend):
 
         return kill
 
-    def _drop_kv(self, request_id: int) -> None:
-        self.pool.drop(request_id)
 
     def _drive(self, driver: RolloutDriver, policy: RolloutPolicy, fault: FaultPlan | None) -> None:
         proxies = dict(self.proxies)

@@ -267,8 +267,6 @@ class RayBackend(Backend):
         actor = self.proxies[instance_id].actor
         return lambda: self.ray.kill(actor)
 
-    def _drop_kv(self, request_id: int) -> None:
-        self.handoff.pop(request_id, None)
 
     def _drive(self, driver: RolloutDriver, policy: RolloutPolicy, fault: FaultPlan | None) -> None:
         ray, proxies = self.ray, dict(self.proxies)
