@@ -75,10 +75,6 @@ def pool_entries(coordinator) -> int:
     return backend.pool.stats().entries
 
 
-def _kill(coordinator, instance_id: int) -> None:
-    coordinator.backend.kill_instance(instance_id)
-
-
 def run_cell(make: Callable[[], Any], backend: str, point: str, groups: list, reference: list[list[int]],
              policy: str = "context") -> Cell:
     """One cell of the matrix on a fresh coordinator from ``make``."""
@@ -97,14 +93,15 @@ def run_cell(make: Callable[[], Any], backend: str, point: str, groups: list, re
                 cell.problems.append(f"the fault did not fire ({cell.failed_instances} instances failed)")
         elif point == "between":
             c.rollout(groups, policy=policy, progress=False)
-            _kill(c, VICTIM)
+            c.backend.kill_instance(VICTIM)
             out = c.rollout(groups, policy=policy, progress=False)
         else:
             out = _weights_cell(c, cell, groups, policy)
         cell.problems += check_rollout(out, groups, reference)
         cell.kv_entries_dropped = int(out.result.stats.get("kv_entries_dropped", 0))
-        if pool_entries(c):
-            cell.problems.append(f"{pool_entries(c)} KV pool entries left")
+        left = pool_entries(c)
+        if left:
+            cell.problems.append(f"{left} KV pool entries left")
     cell.seconds = round(time.perf_counter() - t0, 2)
     cell.ok = not cell.problems
     return cell
@@ -113,7 +110,7 @@ def run_cell(make: Callable[[], Any], backend: str, point: str, groups: list, re
 def _weights_cell(c, cell: Cell, groups: list, policy: str):
     """Lose an instance as a weight update starts: a clear error, then the next update recovers everyone."""
     c.update_weights(c.model)  # instances up and at version 1 (the same weights: greedy tokens stay)
-    c.backend.after_weights_sent = lambda: _kill(c, VICTIM)
+    c.backend.after_weights_sent = lambda: c.backend.kill_instance(VICTIM)
     try:
         c.update_weights(c.model)
         cell.problems.append("a weight update that lost an instance did not fail")

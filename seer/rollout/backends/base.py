@@ -135,6 +135,20 @@ class Backend(abc.ABC):
         """Stop the instances and free what they hold."""
 
 
+class BroadcastDrafts:
+    """Stands in for the draft server in the driver where instances run elsewhere: each keeps a replica, so a
+    finished group is announced to all of them (``finish``: how one backend sends that)."""
+
+    def __init__(self, finish: Callable[[str], None]) -> None:
+        self.finish = finish
+
+    def has_group(self, gid: str) -> bool:
+        return True
+
+    def finish_group(self, gid: str) -> None:
+        self.finish(gid)
+
+
 def profile_here(model: str, engine_kwargs: dict) -> VerifyCostModel:
     """The step profile of one instance as configured, measured in this process (or read from the disk cache)
     for backends whose instances run elsewhere; the torch thread count is restored afterwards."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
 
-from seer.rollout.backends.base import Backend, profile_here
+from seer.rollout.backends.base import Backend, BroadcastDrafts, profile_here
 from seer.rollout.driver import RolloutDriver
 from seer.rollout.file_pool import FileKVPool
 from seer.rollout.instances.base import ChunkStart, Instance, InstanceLost
@@ -76,21 +76,6 @@ class WorkerProxy(RemoteInstanceProxy):
             self.conn.send(("release", request_id))
         except (BrokenPipeError, OSError):
             pass  # a dead process holds no KV
-
-
-class BroadcastDrafts:
-    """Stands in for the draft server in the driver: group completions go to every instance's replica."""
-
-    def __init__(self, proxies: dict[int, WorkerProxy]) -> None:
-        self.proxies = proxies
-
-    def has_group(self, gid: str) -> bool:
-        return True
-
-    def finish_group(self, gid: str) -> None:
-        for p in self.proxies.values():
-            if p.proc.is_alive():
-                p.conn.send(("finish_group", gid))
 
 
 class ProcessBackend(Backend):
@@ -200,7 +185,12 @@ class ProcessBackend(Backend):
         self._spawn(policy)
         for p in self.proxies.values():
             p.conn.send(("begin",))
-        return list(self.proxies.values()), BroadcastDrafts(self.proxies) if policy.speculative else None
+        return list(self.proxies.values()), BroadcastDrafts(self._finish_group) if policy.speculative else None
+
+    def _finish_group(self, gid: str) -> None:
+        for p in self.proxies.values():
+            if p.proc.is_alive():
+                p.conn.send(("finish_group", gid))
 
     def _clear_kv(self) -> int:
         return self.pool.clear()
@@ -214,7 +204,6 @@ class ProcessBackend(Backend):
 
         return kill
 
-
     def _drive(self, driver: RolloutDriver, policy: RolloutPolicy, fault: FaultPlan | None) -> None:
         proxies = dict(self.proxies)
         if policy.speculative:
@@ -227,8 +216,7 @@ class ProcessBackend(Backend):
         watch = StallWatch(self.config.stall_timeout_s)
         while not driver.done:
             if fault is not None and not killed and time.time() - t0 >= fault.at_s:
-                os.kill(proxies[fault.instance_id].proc.pid, signal.SIGKILL)
-                proxies[fault.instance_id].proc.join(10)  # an injected fault is noticed at once
+                self.kill_instance(fault.instance_id)  # joined, so the loss is noticed at once
                 killed = True
             for iid, msg in self._collect(proxies, timeout=min(0.5, watch.left_s())):
                 self._on_message(driver, proxies, iid, msg, t0, policy, watch)

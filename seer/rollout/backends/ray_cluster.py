@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable
 
-from seer.rollout.backends.base import Backend, profile_here
+from seer.rollout.backends.base import Backend, BroadcastDrafts, profile_here
 from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.base import ChunkStart, Instance, InstanceLost
 from seer.rollout.instances.remote import RemoteInstanceProxy
@@ -248,7 +248,7 @@ class RayBackend(Backend):
     def _measure_cost(self) -> VerifyCostModel:
         return profile_here(self.model, self.engine_kwargs)
 
-    def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], _ActorDrafts | None]:
+    def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], BroadcastDrafts | None]:
         ray = self.ray
         self._spawn(policy, force=self._lost)
         try:
@@ -256,7 +256,11 @@ class RayBackend(Backend):
         except ray.exceptions.RayActorError:  # lost since the last rollout: start them again, same weights
             self._spawn(policy, force=True)
             ray.get([p.actor.begin.remote() for p in self.proxies.values()], timeout=CALL_TIMEOUT_S)
-        return list(self.proxies.values()), _ActorDrafts(self.proxies) if policy.speculative else None
+        return list(self.proxies.values()), BroadcastDrafts(self._finish_group) if policy.speculative else None
+
+    def _finish_group(self, gid: str) -> None:
+        for p in self.proxies.values():
+            p.actor.finish_group.remote(gid)
 
     def _clear_kv(self) -> int:
         n = len(self.handoff)
@@ -280,7 +284,7 @@ class RayBackend(Backend):
         watch = StallWatch(self.config.stall_timeout_s)
         while not driver.done:
             if fault is not None and not killed and time.time() - t0 >= fault.at_s:
-                ray.kill(proxies[fault.instance_id].actor)
+                self.kill_instance(fault.instance_id)
                 killed = True
             for iid in sorted(driver.alive):
                 if iid not in in_flight.values() and proxies[iid].has_work():
@@ -330,15 +334,3 @@ class RayBackend(Backend):
 
     def close(self) -> None:
         self.close_actors()
-
-
-class _ActorDrafts:
-    def __init__(self, proxies: dict[int, ActorProxy]) -> None:
-        self.proxies = proxies
-
-    def has_group(self, gid: str) -> bool:
-        return True
-
-    def finish_group(self, gid: str) -> None:
-        for p in self.proxies.values():
-            p.actor.finish_group.remote(gid)
