@@ -44,7 +44,7 @@ class FileKVPool(KVPool):
         return [self.memory_dir / f"{rid}.kv", self.spill_dir / f"{rid}.kv"]
 
     def _memory_bytes(self) -> int:
-        return sum(e.stat().st_size for e in os.scandir(self.memory_dir) if e.name.endswith(".kv"))
+        return _kv_bytes(self.memory_dir)
 
     def put(self, request_id: Hashable, payload: Payload, meta: dict[str, Any] | None = None) -> None:
         data = payload.tobytes() if isinstance(payload, np.ndarray) else bytes(payload)
@@ -99,7 +99,7 @@ class FileKVPool(KVPool):
 
     def stats(self) -> PoolStats:
         mem = self._memory_bytes()
-        disk = sum(e.stat().st_size for e in os.scandir(self.spill_dir) if e.name.endswith(".kv"))
+        disk = _kv_bytes(self.spill_dir)
         entries = sum(1 for d in (self.memory_dir, self.spill_dir) for e in os.scandir(d) if e.name.endswith(".kv"))
         c = self.counters
         return PoolStats(entries, mem, disk, c["bytes_put"], c["bytes_get"], c["spilled_bytes"], c["loaded_bytes"])
@@ -113,3 +113,16 @@ class FileKVPool(KVPool):
     def close(self) -> None:
         shutil.rmtree(self.memory_dir, ignore_errors=True)
         shutil.rmtree(self.spill_dir, ignore_errors=True)
+
+
+def _kv_bytes(directory: Path) -> int:
+    """Bytes of the entries in ``directory``. Other processes pop and drop entries without the put lock, so a
+    file listed a moment ago may be gone when it is measured: it no longer counts."""
+    total = 0
+    for e in os.scandir(directory):
+        if e.name.endswith(".kv"):
+            try:
+                total += e.stat().st_size
+            except FileNotFoundError:
+                continue
+    return total

@@ -144,3 +144,24 @@ def test_clear_drops_every_entry_in_memory_and_on_disk(tmp_path: Path, kind: str
     pool.put(0, payload(9))  # still usable
     assert bytes(pool.get(0)[0]) == payload(9)
     pool.close()
+
+
+def test_file_pool_put_survives_an_entry_popped_by_another_process(tmp_path: Path, monkeypatch) -> None:
+    """Other processes pop entries without the put lock: one listed by the budget check and gone before it is
+    measured no longer counts, instead of failing the eviction that was putting KV."""
+    pool = FileKVPool(tmp_path / "mem", tmp_path / "disk", budget_bytes=1000)
+    pool.put(1, payload(1))
+    pool.put(2, payload(2))
+    other = FileKVPool(tmp_path / "mem", tmp_path / "disk", budget_bytes=1000)  # the same pool, elsewhere
+    scandir = os.scandir
+
+    def listed_then_popped(directory):
+        entries = list(scandir(directory))
+        other.drop(1)
+        return iter(entries)
+
+    monkeypatch.setattr(os, "scandir", listed_then_popped)
+    pool.put(3, payload(3))
+    monkeypatch.undo()
+    assert not pool.contains(1) and pool.pop(3)[0].tobytes() == payload(3)
+    pool.check_integrity()
