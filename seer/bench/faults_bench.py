@@ -17,9 +17,13 @@ import argparse
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from seer.engine.config import EngineConfig
+from seer.engine.speculator import SpecConfig
+from seer.rollout.config import RolloutConfig
+from seer.utils.config_loader import to_dict
 from seer.utils.io import write_json
 from seer.utils.machine import machine_info
 
@@ -125,19 +129,27 @@ def _weights_cell(c, cell: Cell, groups: list, policy: str):
     return out
 
 
-def run_matrix(model: str, backends: list[str], points: list[str], config: dict[str, Any],
+def matrix_config(dtype: str = "float32", num_kv_blocks: int = 24) -> RolloutConfig:
+    """Two instances with KV so small (blocks of 4 tokens, chunks of 6) that requests move between them often."""
+    engine = EngineConfig(dtype=dtype, block_size=4, num_kv_blocks=num_kv_blocks)
+    return RolloutConfig(instances=2, chunk_tokens=6, engine=engine, spec=SpecConfig(adaptive=False),
+                         stall_timeout_s=60.0)
+
+
+def run_matrix(model: str, backends: list[str], points: list[str], config: RolloutConfig,
                policy: str = "context", progress: Callable[[Cell], None] = lambda cell: None) -> list[Cell]:
     """Every (backend, point) cell, each against one fault-free in-process reference run."""
-    from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
+    from seer.rollout.coordinator import RolloutCoordinator
 
     groups = fault_groups()
-    with RolloutCoordinator(model, RolloutConfig(**{**config, "instances": 1, "num_kv_blocks": 400})) as ref:
+    alone = replace(config, instances=1, engine=replace(config.engine, num_kv_blocks=400))
+    with RolloutCoordinator(model, alone) as ref:
         reference = [r.token_ids for r in ref.rollout(groups, policy="verl", progress=False).result.responses]
     cells = []
     for backend in backends:
         for point in points:
             def make(backend: str = backend) -> RolloutCoordinator:
-                return RolloutCoordinator(model, RolloutConfig(**{**config, "backend": backend}))
+                return RolloutCoordinator(model, replace(config, backend=backend))
             cells.append(run_cell(make, backend, point, groups, reference, policy))
             progress(cells[-1])
     return cells
@@ -164,13 +176,11 @@ def _split(value: str, known: tuple[str, ...], what: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seer.engine.speculator import SpecConfig
     from seer.models.prepare import resolve_model
 
     backends = _split(args.backends, BACKENDS, "backends")
     points = _split(args.points, POINTS, "fault points")
-    config = dict(instances=2, dtype=args.dtype, block_size=4, num_kv_blocks=args.num_kv_blocks, chunk_tokens=6,
-                  spec=SpecConfig(adaptive=False), stall_timeout_s=60.0)
+    config = matrix_config(args.dtype, args.num_kv_blocks)
 
     def show(cell: Cell) -> None:
         print(json.dumps({"backend": cell.backend, "point": cell.point, "ok": cell.ok, "problems": cell.problems,
@@ -178,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
 
     cells = run_matrix(str(resolve_model(args.model)), backends, points, config, progress=show)
     report = {"cells": [c.to_dict() for c in cells], "all_ok": all(c.ok for c in cells),
-              "setup": {"backends": backends, "points": points, "victim": VICTIM, **{k: str(v) for k, v in
-                        config.items()}, "machine": machine_info(args.dtype)}}
+              "setup": {"backends": backends, "points": points, "victim": VICTIM, "config": to_dict(config),
+                        "machine": machine_info(config.engine.dtype)}}
     write_json(args.json, report)
     print(f"{sum(c.ok for c in cells)}/{len(cells)} cells ok")
     return 0 if report["all_ok"] else 1

@@ -86,7 +86,7 @@ def bound_for(coordinator, results: dict, instances: int, groups, kv_tokens: int
         cfg = coordinator.config
         bounds["fitted"] = fitted_bound(shapes, instances, fit, tau=tau, longest_tau=longest_tau,
                                         max_tokens_per_seq=1 + cfg.spec.gamma_max, kv_tokens=kv_tokens,
-                                        max_seqs=cfg.max_num_seqs)
+                                        max_seqs=cfg.engine.max_num_seqs)
     cost = coordinator.verify_cost()
     bounds["profile"] = rollout_bound([len(r.token_ids) for r in responses], instances, cost, tau=tau,
                                       longest_tau=longest_tau)
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     report["setup"] = {"trace": args.trace, "groups": len(groups), "responses": sum(g.size for g in groups),
                        "instances": args.instances, "backend": args.backend, "chunk_tokens": args.chunk_tokens,
                        "length_scale": args.length_scale, "max_len": args.max_len, "kv_budget": budget,
-                       "peer": args.peer, "machine": machine_info(cfg.dtype)}
+                       "peer": args.peer, "machine": machine_info(cfg.engine.dtype)}
     if errors:
         report["errors"] = errors
     print(json.dumps({k: report[k] for k in report if k != "policies"}, indent=1))

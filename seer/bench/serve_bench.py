@@ -211,13 +211,14 @@ def in_worker_thread(fn: Any) -> Any:
 
 def measure_inproc(model_dir: Path, workload: dict[str, Any], settings: dict[str, Any], opts: dict[str, Any],
                    quiet_wait_s: float) -> dict[str, Any]:
+    from seer.engine.config import EngineConfig
     from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
     from seer.rollout.types import GroupInput
     from seer.sampling_params import SamplingParams
 
+    engine = EngineConfig(dtype=opts["dtype"], kv_cache_memory_gb=opts["kv_cache_gb"], num_threads=opts.get("threads"))
     config = RolloutConfig(policy=opts["policy"], instances=opts["instances"], backend="inprocess",
-                           chunk_tokens=opts["chunk_tokens"], dtype=opts["dtype"], kv_cache_gb=opts["kv_cache_gb"],
-                           threads_per_instance=opts.get("threads"))  # what `seer serve` builds from opts
+                           chunk_tokens=opts["chunk_tokens"], engine=engine)  # what `seer serve` builds from opts
     n = int(workload["n"])
     sp = SamplingParams(n=n, temperature=float(settings.get("temperature", 1.0)),
                         max_tokens=int(settings["max_tokens"]), ignore_eos=bool(settings.get("ignore_eos", False)))

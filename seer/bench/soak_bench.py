@@ -77,14 +77,16 @@ def _check(out, args: argparse.Namespace, version: int) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from seer.engine.config import EngineConfig
     from seer.engine.speculator import SpecConfig
     from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
 
     if args.iterations <= WARMUP:
         raise ValueError(f"--iterations must exceed the {WARMUP} warm-up iterations")
     model = resolve_model(args.model)
-    cfg = RolloutConfig(policy=args.policy, instances=args.instances, backend=args.backend, dtype=args.dtype,
-                        num_kv_blocks=args.num_kv_blocks, chunk_tokens=8, spec=SpecConfig(adaptive=False))
+    cfg = RolloutConfig(policy=args.policy, instances=args.instances, backend=args.backend, chunk_tokens=8,
+                        engine=EngineConfig(dtype=args.dtype, num_kv_blocks=args.num_kv_blocks),
+                        spec=SpecConfig(adaptive=False))
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
     with RolloutCoordinator(model, cfg) as c:
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                          "driver_rss_mb": round(rss_kb(os.getpid()) / 1024, 1),
                          "instance_rss_mb": [round(rss_kb(pid) / 1024, 1) for pid in _instance_pids(c)]})
             print(json.dumps(rows[-1]))
-    report = {"setup": {**vars(args), "func": None, "model": str(model), "machine": machine_info(cfg.dtype)},
+    report = {"setup": {**vars(args), "func": None, "model": str(model), "machine": machine_info(cfg.engine.dtype)},
               "growth_after_warmup": growth(rows), "problems": problems, "iterations": rows}
     print(json.dumps({k: report[k] for k in ("growth_after_warmup", "problems")}, indent=1))
     write_json(args.json, report)

@@ -67,13 +67,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def rollout_config(args: argparse.Namespace, policy: str, num_kv_blocks: int | None = None):
-    from seer.rollout.coordinator import RolloutConfig
+    from seer.engine.config import EngineConfig
+    from seer.rollout.config import RolloutConfig
     from seer.rollout.orderings import OrderingConfig
 
+    engine = EngineConfig(dtype=args.dtype, kv_cache_memory_gb=args.kv_cache_gb,
+                          num_kv_blocks=num_kv_blocks or args.num_kv_blocks, num_threads=args.threads, seed=args.seed)
     return RolloutConfig(policy=policy, instances=args.instances, backend=args.backend,
-                         chunk_tokens=args.chunk_tokens, dtype=args.dtype, kv_cache_gb=args.kv_cache_gb,
-                         num_kv_blocks=num_kv_blocks or args.num_kv_blocks, threads_per_instance=args.threads,
-                         seed=args.seed, ordering=OrderingConfig(rank=args.context_rank),
+                         chunk_tokens=args.chunk_tokens, engine=engine, ordering=OrderingConfig(rank=args.context_rank),
                          kv_affinity_spread=None if args.kv_affinity_spread < 0 else args.kv_affinity_spread)
 
 

@@ -65,15 +65,16 @@ def _loopback(host: str) -> bool:
 
 
 def build_config(args: argparse.Namespace):
+    from seer.engine.config import EngineConfig
     from seer.engine.speculator import SpecConfig
-    from seer.rollout.coordinator import RolloutConfig
+    from seer.rollout.config import RolloutConfig
 
+    engine = EngineConfig(dtype=args.dtype, device=args.device, kv_cache_memory_gb=args.kv_cache_gb,
+                          num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs, num_threads=args.threads,
+                          seed=args.seed)
     spec = SpecConfig(adaptive=not args.no_spec_adaptive)
     return RolloutConfig(policy=args.policy, instances=args.instances, backend=args.backend,
-                         chunk_tokens=args.chunk_tokens, dtype=args.dtype, device=args.device,
-                         kv_cache_gb=args.kv_cache_gb, num_kv_blocks=args.num_kv_blocks,
-                         max_num_seqs=args.max_num_seqs, threads_per_instance=args.threads, spec=spec,
-                         seed=args.seed)
+                         chunk_tokens=args.chunk_tokens, engine=engine, spec=spec)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -121,7 +121,8 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.quantum < 0:
         raise ValueError(f"--quantum must be >= 0, got {args.quantum}")
     config = SimConfig(quantum=args.quantum, chunk_tokens=chunk, acceptance=args.acceptance,
-                       accept_scale=args.accept_scale, context_rank=args.context_rank)
+                       accept_scale=args.accept_scale,
+                       ordering=OrderingConfig(rank=args.context_rank))
     out = simulate(workload, policies, cluster, constants, config, progress=not args.no_progress,
                    plots_dir=args.plots)
     write_json(args.json, out)

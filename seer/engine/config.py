@@ -23,10 +23,11 @@ class EngineConfig:
     """Settings of one engine instance.
 
     KV memory is given either as ``num_kv_blocks`` or as ``kv_cache_memory_gb`` (converted with the model's
-    KV bytes per token). ``max_model_len`` defaults to the model's context length, capped at 8192.
+    KV bytes per token). ``max_model_len`` defaults to the model's context length, capped at 8192. ``model`` may
+    stay empty in a template (a rollout's per-instance settings): whoever builds the engine fills it in.
     """
 
-    model: str
+    model: str = ""
     dtype: str = "auto"  # "auto": the faster of bf16 and fp32 on this device (seer.utils.machine.auto_dtype)
     device: str = "cpu"
     block_size: int = 16

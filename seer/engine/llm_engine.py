@@ -50,6 +50,8 @@ class ExportedRequest:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
+        if not config.model:
+            raise ValueError("EngineConfig.model is empty: give the model's directory")
         self.config = config
         if config.num_threads:
             torch.set_num_threads(config.num_threads)

@@ -2,7 +2,7 @@
 
 Defaults follow what verl/DAPO users expect (GRPO with group-normalised advantages, PPO-clip, token-level loss
 averaging, no KL); presets in ``configs/`` set the rest. ``load_config`` reads YAML plus ``key.sub=value``
-overrides through ``config_loader`` (which rejects unknown keys and wrong types); each ``__post_init__`` here
+overrides through ``seer.utils.config_loader`` (which rejects unknown keys and wrong types); each ``__post_init__`` here
 rejects out-of-range values, so a bad run fails before a model is loaded.
 """
 
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seer.rl.config_loader import apply_overrides, from_dict, load_yaml
+from seer.rollout.config import RolloutConfig
+from seer.utils.config_loader import apply_overrides, from_dict, load_yaml
 
 DATA_SOURCES = ("jsonl", "reasoning_gym", "synthetic")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean")
@@ -144,40 +145,6 @@ class OptimConfig:
 
 
 @dataclass(frozen=True)
-class RolloutSettings:
-    """The rollout coordinator's settings (``seer.rollout.coordinator.RolloutConfig``) as trained with."""
-
-    policy: str = "seer"
-    instances: int = 2
-    backend: str = "inprocess"
-    chunk_tokens: int = 128
-    dtype: str = "auto"
-    block_size: int = 16
-    kv_cache_gb: float = 1.0
-    num_kv_blocks: int | None = None
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    threads_per_instance: int | None = None
-    spec_adaptive: bool = True
-    gamma_max: int = 8
-    k_branches: int = 1
-
-    def __post_init__(self) -> None:
-        self.to_rollout_config(seed=0)  # the coordinator's own checks (policy, backend, ...)
-
-    def to_rollout_config(self, seed: int, policy: str | None = None):
-        from seer.engine.speculator import SpecConfig
-        from seer.rollout.coordinator import RolloutConfig
-
-        spec = SpecConfig(k_branches=self.k_branches, gamma_max=self.gamma_max, adaptive=self.spec_adaptive)
-        return RolloutConfig(policy=policy or self.policy, instances=self.instances, backend=self.backend,
-                             chunk_tokens=self.chunk_tokens, dtype=self.dtype, block_size=self.block_size,
-                             kv_cache_gb=self.kv_cache_gb, num_kv_blocks=self.num_kv_blocks,
-                             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-                             threads_per_instance=self.threads_per_instance, spec=spec, seed=seed)
-
-
-@dataclass(frozen=True)
 class LogConfig:
     progress: bool = True               # iteration bar and the rollout bar
     tensorboard: bool = False
@@ -199,7 +166,7 @@ class TrainConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # the policy and seed are the run's
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:

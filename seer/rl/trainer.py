@@ -27,12 +27,12 @@ from seer.rl import checkpoint as ckpt
 from seer.rl.advantages import grpo_advantages
 from seer.rl.batch import build_samples
 from seer.rl.config import TrainConfig
-from seer.rl.config_loader import to_dict
 from seer.rl.data import PromptStream, load_prompts, make_groups
 from seer.rl.metrics import MetricsWriter, length_metrics, reward_metrics, rollout_metrics, update_metrics
 from seer.rl.rewards import RewardRunner, build_scorer
 from seer.rl.scorers import RewardInput
 from seer.rl.updater import PolicyUpdater
+from seer.utils.config_loader import to_dict
 
 log = logging.getLogger("seer.rl.trainer")
 
@@ -75,7 +75,8 @@ class Trainer:
         if config.algo.kl_coef > 0:
             ref, _ = load_model(self.model_dir, dtype, self.device, requires_grad=False)
         self.updater = PolicyUpdater(self.model, config.algo, config.optim, config.sampling.temperature, ref)
-        self.coordinator = RolloutCoordinator(self.model_dir, config.rollout.to_rollout_config(config.seed))
+        engine = dataclasses.replace(config.rollout.engine, seed=config.seed)  # the run's seed drives sampling
+        self.coordinator = RolloutCoordinator(self.model_dir, dataclasses.replace(config.rollout, engine=engine))
         self.state = ckpt.TrainerState()
         if resume:
             try:

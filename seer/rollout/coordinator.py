@@ -15,80 +15,15 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from seer.engine.speculator import SpecConfig
-from seer.rollout.backends import BACKENDS, Backend, make_backend
-from seer.rollout.critical_path import batch_speedup
+from seer.rollout.backends import Backend, make_backend
+from seer.rollout.config import RolloutConfig
 from seer.rollout.kv_pool import LocalKVPool
-from seer.rollout.orderings import OrderingConfig
-from seer.rollout.policies import RolloutPolicy, get_policy
+from seer.rollout.policies import get_policy
 from seer.rollout.types import FaultPlan, GroupInput, RolloutListener, RolloutResult
 from seer.spec.policy import VerifyCostModel
-from seer.utils.machine import auto_dtype
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    policy: str = "seer"
-    instances: int = 2
-    backend: str = "inprocess"
-    chunk_tokens: int = 128
-    dtype: str = "auto"  # the faster of bf16 and fp32 here (seer.utils.machine.auto_dtype)
-    device: str = "cpu"
-    block_size: int = 16
-    kv_cache_gb: float = 1.0
-    num_kv_blocks: int | None = None          # overrides kv_cache_gb
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    threads_per_instance: int | None = None
-    pool_budget_gb: float = 4.0
-    spill_dir: str | None = None
-    spec: SpecConfig = field(default_factory=SpecConfig)
-    ordering: OrderingConfig = field(default_factory=OrderingConfig)  # knobs of the context ordering
-    # a request's next chunk stays on the instance holding its KV only while that instance runs at most this
-    # many more requests than the least loaded one (None: always); else it goes where dispatch puts it, KV moved
-    kv_affinity_spread: int | None = 32
-    seed: int = 0
-    # processes and Ray actors: a rollout in which no instance makes progress for this long is stalled (an error
-    # with a diagnosis, never a hang)
-    stall_timeout_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if self.dtype == "auto":
-            object.__setattr__(self, "dtype", auto_dtype(self.device))
-        get_policy(self.policy)
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
-        if self.instances < 1:
-            raise ValueError(f"instances must be >= 1, got {self.instances}")
-        if self.chunk_tokens < 1:
-            raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
-        if self.stall_timeout_s <= 0:
-            raise ValueError(f"stall_timeout_s must be > 0, got {self.stall_timeout_s}")
-        if self.kv_affinity_spread is not None and self.kv_affinity_spread < 0:
-            raise ValueError(f"kv_affinity_spread must be >= 0 or None, got {self.kv_affinity_spread}")
-
-    def driver_kwargs(self, policy: RolloutPolicy, cost: VerifyCostModel | None = None) -> dict[str, Any]:
-        """What every backend passes to the ``RolloutDriver`` besides policy, instances, groups and chunk size;
-        ``cost``: the instances' step profile, which critical-path placement needs."""
-        speedup = None
-        if policy.critical:
-            if cost is None:
-                raise ValueError("critical-path placement needs the engine's step profile")
-            speedup = batch_speedup(cost.batch_sizes, lambda b: cost.step_time(b, 1))
-        return dict(draft_headroom=self.spec.kv_headroom if policy.speculative else 0,
-                    ordering_config=self.ordering, affinity_spread=self.kv_affinity_spread,
-                    critical_speedup=speedup)
-
-    def engine_kwargs(self) -> dict[str, Any]:
-        return dict(dtype=self.dtype, device=self.device, block_size=self.block_size,
-                    kv_cache_memory_gb=self.kv_cache_gb, num_kv_blocks=self.num_kv_blocks,
-                    max_num_seqs=self.max_num_seqs,
-                    max_num_batched_tokens=self.max_num_batched_tokens, num_threads=self.threads_per_instance,
-                    seed=self.seed)
 
 
 @dataclass
@@ -193,17 +128,18 @@ def available_memory_bytes() -> int | None:
 
 def check_capacity(model: str, config: RolloutConfig) -> None:
     """Refuse, before loading anything, a rollout whose instances cannot fit in this machine's memory."""
-    if config.backend == "ray" or config.device != "cpu":
+    engine = config.engine
+    if config.backend == "ray" or engine.device != "cpu":
         return  # Ray places actors across nodes; GPU memory is checked by the engine itself
     from seer.models.config import ModelConfig
 
     mc = ModelConfig.from_dir(model)
-    itemsize = 4 if config.dtype in ("float32", "fp32") else 2
+    itemsize = 4 if engine.dtype in ("float32", "fp32") else 2
     weights = sum(p.stat().st_size for p in Path(model).glob("*.safetensors"))
     weights = weights * itemsize // 4 if mc.torch_dtype in (None, "float32") else weights
     kv_per_token = 2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * itemsize
-    kv = (config.num_kv_blocks * config.block_size * kv_per_token if config.num_kv_blocks is not None
-          else int(config.kv_cache_gb * 2**30))
+    kv = (engine.num_kv_blocks * engine.block_size * kv_per_token if engine.num_kv_blocks is not None
+          else int(engine.kv_cache_memory_gb * 2**30))
     need = config.instances * (weights + kv)
     avail = available_memory_bytes()
     if avail is not None and need > 0.9 * avail:

@@ -75,10 +75,9 @@ class ModelLimits:
             bm = engine.block_manager
             return cls(engine.max_model_len, engine.model_config.vocab_size, bm.num_blocks * bm.block_size,
                        headroom)
-        from seer.engine.config import EngineConfig
         from seer.models.config import ModelConfig
 
         mc = ModelConfig.from_dir(coordinator.model)
-        ec = EngineConfig(model=coordinator.model, **cfg.engine_kwargs())
+        ec = cfg.instance_engine(coordinator.model)
         blocks = ec.resolve_num_blocks(mc.kv_bytes_per_token(ec.torch_dtype))
-        return cls(min(mc.max_position_embeddings, 8192), mc.vocab_size, blocks * cfg.block_size, headroom)
+        return cls(min(mc.max_position_embeddings, 8192), mc.vocab_size, blocks * ec.block_size, headroom)

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from seer.rollout.orderings import CONTEXT_RANKS
+from seer.rollout.orderings import CONTEXT_RANKS, OrderingConfig
 from seer.sim.fitted import preset_setup
 from seer.sim.simulate import SimConfig, run_policy, simulate
 from seer.sim.workloads import PRESETS
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--plots", default=None, help="directory: one subdirectory of PNGs per workload")
     ap.add_argument("--quantum", type=int, default=0)
-    ap.add_argument("--context-rank", default=SimConfig.context_rank, choices=CONTEXT_RANKS,
+    ap.add_argument("--context-rank", default=OrderingConfig.rank, choices=CONTEXT_RANKS,
                     help="context ordering of non-probes (OrderingConfig.rank)")
     ap.add_argument("--accept-scale", type=float, default=1.0,
                     help="scale the acceptance model's tokens gained per verification (not the reproduction)")
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = {}
     if args.sensitivity:
         factors = [float(f) for f in args.sensitivity.split(",")]
-        config = SimConfig(quantum=args.quantum, record=False, context_rank=args.context_rank)
+        config = SimConfig(quantum=args.quantum, record=False, ordering=OrderingConfig(rank=args.context_rank))
         for name in names:
             results[name] = acceptance_sensitivity(name, factors, config)
             print(f"{name}: matching factor {results[name]['matching_factor']}", flush=True)
@@ -146,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         for name in names:
             plots = str(Path(args.plots) / name) if args.plots else None
-            config = SimConfig(quantum=args.quantum, record=plots is not None, context_rank=args.context_rank,
+            config = SimConfig(quantum=args.quantum, record=plots is not None,
+                               ordering=OrderingConfig(rank=args.context_rank),
                                accept_scale=args.accept_scale)
             results[name] = reproduce_preset(name, config, progress=sys.stderr.isatty(), plots_dir=plots)
             print(f"{name}: {json.dumps(results[name]['prediction'])}", flush=True)

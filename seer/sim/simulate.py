@@ -42,8 +42,7 @@ class SimConfig:
     spec: SimSpecConfig = field(default_factory=SimSpecConfig)
     acceptance: str = "auto"           # "replay" (suffix trees; token ids, quantum 1) or an acceptance model name
     accept_scale: float = 1.0          # scales the model's tokens gained per verification (AcceptanceModel.scaled)
-    guard_every: int = 64
-    context_rank: str = OrderingConfig.rank  # context ordering of non-probes
+    ordering: OrderingConfig = field(default_factory=OrderingConfig)  # the context ordering, as on the engine
     check: bool = False                # integrity checks after every step (tests)
     record: bool = True                # per-step timelines for the plots
 
@@ -140,7 +139,7 @@ def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster
     chunk = max(1, -(-config.chunk_tokens // q))
     bar = _progress_bar(policy.name, workload.num_requests) if progress else None
     driver = RolloutDriver(policy, list(instances), groups, chunk_tokens=chunk,
-                           ordering_config=OrderingConfig(guard_every=config.guard_every, rank=config.context_rank),
+                           ordering_config=config.ordering,
                            on_progress=_progress_hook(bar, config.check),
                            draft_server=getattr(spec, "server", None),
                            critical_speedup=_critical_speedup(cost, groups, config, q) if policy.critical else None)

@@ -4,12 +4,10 @@ fault-free greedy run. The local-process cells spawn workers (a few seconds each
 
 import pytest
 
-from seer.bench.faults_bench import POINTS, Cell, run_matrix
-from seer.engine.speculator import SpecConfig
+from seer.bench.faults_bench import POINTS, Cell, matrix_config, run_matrix
 from tests.models.helpers import make_tiny_model_dir
 
-CONFIG = dict(instances=2, dtype="float32", block_size=4, num_kv_blocks=24, chunk_tokens=6,
-              spec=SpecConfig(adaptive=False), stall_timeout_s=60.0)
+CONFIG = matrix_config()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ import torch
 
 from seer.engine.speculator import SpecConfig
 from seer.integrations.verl.batching import left_pad, position_ids_from_mask
-from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
+from seer.rollout.coordinator import RolloutCoordinator
+from tests.conftest import rollout_config
 
 PROMPTS = [list(range(5, 14)), list(range(20, 26)), list(range(40, 52))]
 
@@ -20,7 +21,7 @@ def coordinator(model_dir, **kw) -> RolloutCoordinator:
     cfg = dict(instances=2, dtype="float32", block_size=4, num_kv_blocks=96, chunk_tokens=6, policy="context",
                spec=SpecConfig(adaptive=False))
     cfg.update(kw)
-    return RolloutCoordinator(model_dir, RolloutConfig(**cfg))
+    return RolloutCoordinator(model_dir, rollout_config(**cfg))
 
 
 def verl_rollout_config(**kw) -> dict:

@@ -181,10 +181,13 @@ def test_make_client_and_config_errors(tiny):
         make_client({"backend": "grpc"})
     with pytest.raises(ValueError, match="needs custom.seer.url"):
         make_client({"backend": "http"})
-    with pytest.raises(ValueError, match="unknown Seer rollout settings"):
+    with pytest.raises(ValueError, match="unknown config key 'custom.seer.engine.bogus'"):
         make_rollout_config({"instances": 1, "bogus": 2})
-    cfg = make_rollout_config({"instances": 1, "dtype": "float32", "spec": {"adaptive": False}})
-    assert cfg.instances == 1 and cfg.spec.adaptive is False
+    with pytest.raises(ValueError, match="custom.seer.engine.engine.dtype"):
+        make_rollout_config({"engine": {"dtype": 16}})
+    cfg = make_rollout_config({"instances": 1, "engine": {"dtype": "float32"}, "spec": {"adaptive": False}})
+    assert cfg.instances == 1 and cfg.spec.adaptive is False and cfg.engine.dtype == "float32"
+    assert cfg.engine.kv_cache_memory_gb == 1.0  # the rollout's default engine, only the dtype overridden
 
 
 @pytest.mark.slow
@@ -195,7 +198,7 @@ def test_ray_actor_client_shares_one_seer_between_processes(tiny, coord, monkeyp
     ray = pytest.importorskip("ray")
     from seer.integrations.verl.client import RayActorClient
 
-    engine = {"instances": 1, "dtype": "float32", "block_size": 4, "num_kv_blocks": 96, "chunk_tokens": 6,
+    engine = {"instances": 1, "engine": {"dtype": "float32", "block_size": 4, "num_kv_blocks": 96}, "chunk_tokens": 6,
               "policy": "context", "spec": {"adaptive": False}}
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, _node_ip_address="127.0.0.1")
     try:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from seer.rl.config import TrainConfig, load_config
-from seer.rl.config_loader import apply_overrides, from_dict, to_dict
+from seer.rollout.config import RolloutConfig
+from seer.utils.config_loader import apply_overrides, from_dict, to_dict
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -28,8 +29,12 @@ def test_overrides_are_typed_and_nested():
     assert cfg.optim.lr == 1e-5 and cfg.data.group_size == 4 and cfg.rollout.policy == "seer"
     assert cfg.algo.dual_clip_c == 3.0 and isinstance(cfg.algo.dual_clip_c, float)
     assert cfg.reward.timeout_s is None and cfg.optim.betas == (0.9, 0.95)
-    rc = cfg.rollout.to_rollout_config(seed=7)
-    assert rc.policy == "seer" and rc.seed == 7 and rc.spec.adaptive is False
+    assert cfg.rollout.spec.adaptive is False and cfg.rollout.engine.block_size == 4
+    deep = load_config(CONFIGS / "tiny.yaml", ["model=m", "rollout.engine.dtype=bfloat16", "rollout.spec.gamma_max=2"])
+    assert deep.rollout.engine.dtype == "bfloat16" and deep.rollout.spec.gamma_max == 2
+    assert deep.rollout.engine.num_kv_blocks == 256  # the rest of the YAML's engine section is kept
+    bare = from_dict(RolloutConfig, {"engine": {"dtype": "float32"}})
+    assert bare.engine.kv_cache_memory_gb == 1.0  # the rollout's default engine, not EngineConfig's
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.optim.lr = 1.0  # frozen
     assert from_dict(TrainConfig, to_dict(cfg)) == cfg  # round trip
@@ -52,6 +57,9 @@ def test_overrides_are_typed_and_nested():
     ("optim=3", r"optim: expected a mapping"),
     ("data.source=jsonl", r"data.path is required"),
     ("optim.betas=[0.9]", r"optim.betas: expected a list of 2 values"),
+    ("rollout.dtype=float32", r"unknown config key 'rollout.dtype'"),
+    ("rollout.engine.dtype=int3", r"rollout.engine: unsupported dtype 'int3'"),
+    ("rollout.spec.gamma_max=0", r"rollout.spec: gamma_max must be in \[1, 32\]"),
     ("data.prompt_template={question} \\\\boxed{}", r"literal braces"),
 ])
 def test_bad_values_fail_clearly(override, message):

@@ -13,6 +13,7 @@ from seer.rollout.instances.base import InstanceLost
 from seer.rollout.instances.worker import WorkerSpec, _build
 from seer.rollout.types import FaultPlan, GroupInput, RolloutStalled
 from seer.sampling_params import SamplingParams
+from tests.conftest import rollout_config
 from tests.models.helpers import make_tiny_model_dir
 
 
@@ -32,7 +33,7 @@ def coordinator(tiny, **kw):
     cfg = dict(instances=2, dtype="float32", block_size=4, num_kv_blocks=48, chunk_tokens=6,
                spec=SpecConfig(adaptive=False))
     cfg.update(kw)
-    return RolloutCoordinator(tiny, RolloutConfig(**cfg))
+    return RolloutCoordinator(tiny, rollout_config(**cfg))
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +128,8 @@ def test_process_backend_survives_a_killed_instance(tiny, reference):
 
 
 def test_a_worker_without_a_step_profile_refuses_adaptive_drafting(tiny):
-    cfg = RolloutConfig(dtype="float32", num_kv_blocks=16)
-    ws = WorkerSpec(0, tiny, cfg.engine_kwargs(), ("", "", 0), SpecConfig(adaptive=True), None)
+    cfg = rollout_config(dtype="float32", num_kv_blocks=16)
+    ws = WorkerSpec(0, cfg.instance_engine(tiny), ("", "", 0), SpecConfig(adaptive=True), None)
     with pytest.raises(ValueError, match="adaptive speculation needs"):
         _build(ws)
 
@@ -177,9 +178,9 @@ def test_ray_backend_matches_inprocess(tiny, reference, local_ray):
 
 def test_more_instances_than_the_machine_holds(tiny):
     with pytest.raises(ValueError, match="instances need about"):
-        RolloutCoordinator(tiny, RolloutConfig(instances=64, kv_cache_gb=8.0))
+        RolloutCoordinator(tiny, rollout_config(instances=64, kv_cache_memory_gb=8.0))
     with pytest.raises(ValueError, match="cores"):
-        RolloutCoordinator(tiny, RolloutConfig(instances=64, backend="local", num_kv_blocks=16))
+        RolloutCoordinator(tiny, rollout_config(instances=64, backend="local", num_kv_blocks=16))
 
 
 def test_counters_are_per_rollout(tiny):

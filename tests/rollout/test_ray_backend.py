@@ -29,7 +29,8 @@ def _starved_ray() -> SimpleNamespace:
 def test_an_actor_that_never_starts_is_a_clear_error() -> None:
     backend = RayBackend.__new__(RayBackend)
     backend.ray, backend.model, backend.config = _starved_ray(), "m", RolloutConfig(instances=1)
-    backend.engine_kwargs, backend.cpus_per_actor, backend.proxies, backend._key = {}, 0.5, {}, "unset"
+    backend.engine = RolloutConfig(instances=1).instance_engine("m", default_threads=1)
+    backend.cpus_per_actor, backend.proxies, backend._key = 0.5, {}, "unset"
     backend.handoff = {}
     with pytest.raises(RuntimeError, match=r"instance 0 did not start within 600 s.*0.5 free CPUs.*lower priority"):
         backend._spawn(SimpleNamespace(speculative=False))

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from seer.engine.speculator import SpecConfig
-from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
+from seer.rollout.coordinator import RolloutCoordinator
+from tests.conftest import rollout_config
 from tests.models.helpers import make_tiny_model_dir
 
 MODEL_NAME = "tiny"
@@ -36,9 +37,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def make_coordinator(model: Path, **overrides: object) -> RolloutCoordinator:
     cfg: dict = dict(policy="context", instances=2, dtype="float32", block_size=4, num_kv_blocks=1024,
-                     chunk_tokens=8, threads_per_instance=1, spec=SpecConfig(adaptive=False))
+                     chunk_tokens=8, num_threads=1, spec=SpecConfig(adaptive=False))
     cfg.update(overrides)
-    return RolloutCoordinator(model, RolloutConfig(**cfg))
+    return RolloutCoordinator(model, rollout_config(**cfg))
 
 
 @pytest.fixture(scope="package")

@@ -42,7 +42,7 @@ def test_auto_dtype_is_bf16_only_where_it_is_native(monkeypatch) -> None:  # noq
         monkeypatch.setattr(machine, "cpu_info", lambda f=features: {"features": f})
         assert machine.auto_dtype("cpu") == cpu_pick and machine.auto_dtype("cuda:0") == "bfloat16"
         assert EngineConfig(model="m").dtype == cpu_pick  # the default is auto, resolved at construction
-        assert RolloutConfig().dtype == cpu_pick
+        assert RolloutConfig().engine.dtype == cpu_pick
     assert EngineConfig(model="m", dtype="bfloat16").dtype == "bfloat16"  # an explicit dtype is kept
 
 

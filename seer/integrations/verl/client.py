@@ -16,7 +16,6 @@ the driver (rollouts) and the training workers (weight pushes) reach the same Se
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import time
@@ -98,22 +97,15 @@ class InProcessClient:
 
 
 def make_rollout_config(config: Any = None):
-    """A Seer ``RolloutConfig`` from a plain dict (e.g. verl's ``rollout.custom.seer.engine``)."""
-    from seer.engine.speculator import SpecConfig
-    from seer.rollout.coordinator import RolloutConfig
+    """A Seer ``RolloutConfig`` from a plain mapping (verl's ``rollout.custom.seer.engine``), nested as the
+    dataclass is (``{instances: 2, engine: {dtype: bfloat16}, spec: {gamma_max: 4}}``); unknown keys and wrong
+    types are errors naming the key."""
+    from seer.rollout.config import RolloutConfig
+    from seer.utils.config_loader import from_dict
 
-    if config is None:
-        return RolloutConfig()
     if isinstance(config, RolloutConfig):
         return config
-    kwargs = dict(config)
-    if isinstance(kwargs.get("spec"), Mapping):
-        kwargs["spec"] = SpecConfig(**dict(kwargs["spec"]))
-    known = {f.name for f in dataclasses.fields(RolloutConfig)}
-    unknown = sorted(set(kwargs) - known)
-    if unknown:
-        raise ValueError(f"unknown Seer rollout settings {unknown}; known: {sorted(known)}")
-    return RolloutConfig(**kwargs)
+    return from_dict(RolloutConfig, None if config is None else dict(config), "custom.seer.engine")
 
 
 # ------------------------------------------------------------------------------------------------- HTTP

@@ -22,6 +22,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from seer.engine.config import EngineConfig
 from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.base import Instance
 from seer.rollout.instances.faulty import FaultyInstance
@@ -149,19 +150,18 @@ class BroadcastDrafts:
         self.finish(gid)
 
 
-def profile_here(model: str, engine_kwargs: dict) -> VerifyCostModel:
+def profile_here(engine_config: EngineConfig) -> VerifyCostModel:
     """The step profile of one instance as configured, measured in this process (or read from the disk cache)
     for backends whose instances run elsewhere; the torch thread count is restored afterwards."""
     import torch
 
-    from seer.engine.config import EngineConfig
     from seer.engine.llm_engine import LLMEngine
     from seer.engine.profiler import profile_verify_cost
     from seer.utils.io import cache_dir
 
     threads = torch.get_num_threads()
     try:
-        engine = LLMEngine(EngineConfig(model=model, **engine_kwargs))
+        engine = LLMEngine(engine_config)
         return profile_verify_cost(engine, cache_dir=cache_dir() / "profiles")
     finally:
         torch.set_num_threads(threads)

@@ -7,7 +7,6 @@ so eight instances on one core are timed as eight accelerators would be.
 
 from __future__ import annotations
 
-from seer.engine.config import EngineConfig
 from seer.engine.llm_engine import LLMEngine
 from seer.engine.speculator import Speculator
 from seer.rollout.backends.base import Backend
@@ -27,7 +26,7 @@ class InProcessBackend(Backend):
     def __init__(self, model: str, config, pool: KVPool) -> None:
         super().__init__(model, config)
         self.pool = pool
-        self.engines = [LLMEngine(EngineConfig(model=model, **config.engine_kwargs()))
+        self.engines = [LLMEngine(config.instance_engine(model))
                         for _ in range(config.instances)]
 
     def weight_versions(self) -> list[int]:

@@ -80,17 +80,11 @@ class WorkerProxy(RemoteInstanceProxy):
 
 class ProcessBackend(Backend):
     def __init__(self, model: str, config, pool) -> None:
-        from seer.engine.config import EngineConfig
-
         super().__init__(model, config)
-        kwargs = config.engine_kwargs()
-        if kwargs.get("num_threads") is None:
-            kwargs["num_threads"] = max(1, (os.cpu_count() or 1) // config.instances)
         if config.instances > (os.cpu_count() or 1):
             raise ValueError(f"{config.instances} instances need at least as many cores; this machine has "
                              f"{os.cpu_count()} (use --backend inprocess or ray for more)")
-        EngineConfig(model=model, **kwargs)  # validate before spawning anything
-        self.engine_kwargs = kwargs
+        self.engine = config.instance_engine(model, default_threads=max(1, (os.cpu_count() or 1) // config.instances))
         self.pool = FileKVPool.create(int(config.pool_budget_gb * 2**30), config.spill_dir)
         self.ctx = mp.get_context("spawn")
         self.proxies: dict[int, WorkerProxy] = {}
@@ -101,7 +95,7 @@ class ProcessBackend(Backend):
     # ------------------------------------------------------------------ processes
     def _spawn(self, policy: RolloutPolicy) -> None:
         spec = self.config.spec if policy.speculative else None
-        key = (spec, self.engine_kwargs.get("num_kv_blocks"))
+        key = (spec, self.engine.num_kv_blocks)
         if self.proxies and key == self._spec_key and all(p.proc.is_alive() for p in self.proxies.values()):
             return
         self.close_workers()
@@ -110,7 +104,7 @@ class ProcessBackend(Backend):
         pending = {}
         for iid in range(self.config.instances):
             parent, child = self.ctx.Pipe()
-            ws = WorkerSpec(iid, self.model, self.engine_kwargs, pool_dirs, spec, profile)
+            ws = WorkerSpec(iid, self.engine, pool_dirs, spec, profile)
             proc = self.ctx.Process(target=worker_main, args=(child, ws), daemon=True, name=f"seer-instance-{iid}")
             proc.start()
             child.close()  # the worker holds its end: when it dies, this end reads EOF at once
@@ -178,7 +172,7 @@ class ProcessBackend(Backend):
                 return int(msg[1])
 
     def _measure_cost(self) -> VerifyCostModel:
-        return profile_here(self.model, self.engine_kwargs)
+        return profile_here(self.engine)
 
     # ------------------------------------------------------------------ live rollout
     def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], BroadcastDrafts | None]:

@@ -75,7 +75,7 @@ class InstanceActor:
     def __init__(self, spec: WorkerSpec) -> None:
         from seer.rollout.instances.worker import _build
 
-        os.environ.setdefault("OMP_NUM_THREADS", str(spec.engine_kwargs.get("num_threads") or 1))
+        os.environ.setdefault("OMP_NUM_THREADS", str(spec.engine.num_threads or 1))
         self.inst = _build(spec)
         self.inst.pool = HandoffPool()
 
@@ -176,10 +176,7 @@ class RayBackend(Backend):
                 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, ignore_reinit_error=True,
                          _node_ip_address="127.0.0.1")
         self.ray = ray
-        kwargs = config.engine_kwargs()
-        if kwargs.get("num_threads") is None:
-            kwargs["num_threads"] = 1
-        self.engine_kwargs = kwargs
+        self.engine = config.instance_engine(model, default_threads=1)
         self.cpus_per_actor = float(os.environ.get("SEER_RAY_CPUS_PER_ACTOR", "0.5"))
         self.proxies: dict[int, ActorProxy] = {}
         self.handoff: dict[int, object] = {}  # request id -> object ref of its evicted KV (the pool between actors)
@@ -199,7 +196,7 @@ class RayBackend(Backend):
         actor_cls = ray.remote(num_cpus=self.cpus_per_actor, scheduling_strategy="SPREAD")(InstanceActor)
         handoff = self.handoff
         for iid in range(self.config.instances):
-            ws = WorkerSpec(iid, self.model, self.engine_kwargs, ("", "", 0), spec, profile)
+            ws = WorkerSpec(iid, self.engine, ("", "", 0), spec, profile)
             actor = actor_cls.remote(ws)
             try:
                 snap = ray.get(actor.snapshot.remote(), timeout=CALL_TIMEOUT_S)
@@ -247,7 +244,7 @@ class RayBackend(Backend):
         return versions[0]
 
     def _measure_cost(self) -> VerifyCostModel:
-        return profile_here(self.model, self.engine_kwargs)
+        return profile_here(self.engine)
 
     def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], BroadcastDrafts | None]:
         ray = self.ray

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class WorkerSpec:
     instance_id: int
-    model: str
-    engine_kwargs: dict
+    engine: object                       # EngineConfig of this instance (its model set)
     pool_dirs: tuple[str, str, int]      # memory dir, spill dir, budget bytes
     spec: object | None                  # SpecConfig when the policy speculates
     cost_profile: dict | None            # verify-cost profile for the adaptive policy
@@ -37,14 +36,13 @@ def snapshot(inst) -> dict:
 
 
 def _build(spec: WorkerSpec):
-    from seer.engine.config import EngineConfig
     from seer.engine.llm_engine import LLMEngine
     from seer.engine.speculator import Speculator
     from seer.rollout.file_pool import FileKVPool
     from seer.rollout.instances.engine import EngineInstance
     from seer.spec.policy import VerifyCostModel
 
-    engine = LLMEngine(EngineConfig(model=spec.model, **spec.engine_kwargs))
+    engine = LLMEngine(spec.engine)
     pool = FileKVPool(*spec.pool_dirs)
     speculator = None
     if spec.spec is not None:

@@ -77,7 +77,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ValueError(f"{path or 'config'}: expected a mapping of keys, got {_show(data)}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls)) if f.init}
     hints = typing.get_type_hints(cls)
     unknown = [k for k in data if k not in fields]
     if unknown:
@@ -86,7 +86,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T
         hint = f"; did you mean {_join(path, close[0])!r}?" if close else ""
         raise ValueError(f"unknown config key {_join(path, str(key))!r}{hint} "
                          f"(valid keys here: {', '.join(sorted(fields))})")
-    kwargs = {name: _convert(hints[name], data[name], _join(path, name)) for name in data}
+    kwargs = {name: _section(fields[name], hints[name], data[name], _join(path, name)) for name in data}
     missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:
@@ -96,6 +96,17 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T
     except ValueError as err:
         msg = str(err)
         raise ValueError(msg if not path or msg.startswith(path) else f"{path}: {msg}") from None
+
+
+def _section(f: dataclasses.Field, tp: Any, value: Any, path: str) -> Any:
+    """A field's value; a nested section whose default is built by a factory overrides that default's keys
+    (``engine: {dtype: float32}`` keeps the rest of the default engine, not the engine class's defaults)."""
+    factory = f.default_factory
+    if (isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, Mapping)
+            and factory is not dataclasses.MISSING and factory is not tp):  # a default other than the class's
+        base, parsed = factory(), from_dict(tp, value, path)
+        return dataclasses.replace(base, **{name: getattr(parsed, name) for name in value})
+    return _convert(tp, value, path)
 
 
 def to_dict(obj: Any) -> Any:
@@ -122,7 +133,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             except ValueError as err:
                 errors.append(str(err))
         raise ValueError(errors[0] if len(errors) == 1 else f"{path}: {_show(value)} matches none of {tp}")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_dict(tp, value, path)
     if tp is Any:
         return value
