@@ -23,8 +23,50 @@
 #include <string.h>
 
 #include "bf16.h"
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
 #include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define SEER_AVX2 1 /* 8-wide float path for CPUs without AVX-512; the scalar loops serve everything else */
+#endif
+
+#ifdef SEER_AVX2
+static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+static inline float hmax256(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* [sum a, sum b, sum c, sum d] of four 8-lane vectors */
+static inline __m128 hsum4x8(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* exp(x) for x <= 0, the same polynomial as exp512; -inf is clamped (callers mask it to 0). */
+static inline __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    /* 2^n by building the exponent field: n is in [-126, 0] after the clamp, a normal float */
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
 #endif
 
 typedef struct {
@@ -50,6 +92,11 @@ static inline void load_row(float *restrict dst, const void *src, int64_t D, int
         __m256i v = _mm256_loadu_si256((const __m256i *)(s + d));
         _mm512_storeu_ps(dst + d, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)));
     }
+#elif defined(SEER_AVX2)
+    for (; d + 8 <= D; d += 8) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(s + d));
+        _mm256_storeu_ps(dst + d, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)));
+    }
 #endif
     for (; d < D; ++d) dst[d] = bf16_to_f32(s[d]);
 }
@@ -61,6 +108,10 @@ static inline float dot(const float *restrict a, const float *restrict b, int64_
     __m512 acc = _mm512_setzero_ps();
     for (; d + 16 <= D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(b + d), acc);
     s = _mm512_reduce_add_ps(acc);
+#elif defined(SEER_AVX2)
+    __m256 acc = _mm256_setzero_ps();
+    for (; d + 8 <= D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+    s = hsum256(acc);
 #endif
     for (; d < D; ++d) s += a[d] * b[d];
     return s;
@@ -72,6 +123,10 @@ static inline void axpy(float *restrict y, float w, const float *restrict x, int
     const __m512 wv = _mm512_set1_ps(w);
     for (; d + 16 <= D; d += 16)
         _mm512_storeu_ps(y + d, _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + d), _mm512_loadu_ps(y + d)));
+#elif defined(SEER_AVX2)
+    const __m256 wv = _mm256_set1_ps(w);
+    for (; d + 8 <= D; d += 8)
+        _mm256_storeu_ps(y + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d)));
 #endif
     for (; d < D; ++d) y[d] += w * x[d];
 }
@@ -103,6 +158,10 @@ static void softmax_row(float *s, int64_t L) {
     __m512 mxv = _mm512_set1_ps(-INFINITY);
     for (; p + 16 <= L; p += 16) mxv = _mm512_max_ps(mxv, _mm512_loadu_ps(s + p));
     mx = _mm512_reduce_max_ps(mxv);
+#elif defined(SEER_AVX2)
+    __m256 mxv = _mm256_set1_ps(-INFINITY);
+    for (; p + 8 <= L; p += 8) mxv = _mm256_max_ps(mxv, _mm256_loadu_ps(s + p));
+    mx = hmax256(mxv);
 #endif
     for (; p < L; ++p) mx = s[p] > mx ? s[p] : mx;
     p = 0;
@@ -117,6 +176,16 @@ static void softmax_row(float *s, int64_t L) {
         acc = _mm512_add_ps(acc, e);
     }
     sum = _mm512_reduce_add_ps(acc);
+#elif defined(SEER_AVX2)
+    const __m256 mv = _mm256_set1_ps(mx), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 acc = _mm256_setzero_ps();
+    for (; p + 8 <= L; p += 8) {
+        const __m256 v = _mm256_loadu_ps(s + p);
+        const __m256 e = _mm256_andnot_ps(_mm256_cmp_ps(v, ninf, _CMP_EQ_OQ), exp256(_mm256_sub_ps(v, mv)));
+        _mm256_storeu_ps(s + p, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    sum = hsum256(acc);
 #endif
     for (; p < L; ++p) {
         const float e = s[p] == -INFINITY ? 0.f : expf(s[p] - mx);
@@ -174,6 +243,21 @@ static inline __attribute__((always_inline)) void score_rows(const float *q, con
         }
         return;
     }
+#elif defined(SEER_AVX2)
+    if (NC > 0) { /* 4 keys at a time: 2 * NC query registers and 4 accumulators fit the 16 ymm registers */
+        const int C8 = 2 * NC;
+        __m256 qv[16];
+        for (int c = 0; c < C8; ++c) qv[c] = _mm256_loadu_ps(q + 8 * c);
+        for (; o + 4 <= n; o += 4) {
+            __m256 acc[4];
+            for (int t = 0; t < 4; ++t) {
+                const float *k = rows + (o + t) * stride;
+                acc[t] = _mm256_mul_ps(qv[0], _mm256_loadu_ps(k));
+                for (int c = 1; c < C8; ++c) acc[t] = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(k + 8 * c), acc[t]);
+            }
+            _mm_storeu_ps(out + o, hsum4x8(acc[0], acc[1], acc[2], acc[3]));
+        }
+    }
 #endif
     for (; o < n; ++o) out[o] = dot(q, rows + o * stride, D);
 }
@@ -191,6 +275,19 @@ static inline __attribute__((always_inline)) void weighted_sum(float *acc, const
             for (int c = 0; c < NC; ++c) av[c] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(v + 16 * c), av[c]);
         }
         for (int c = 0; c < NC; ++c) _mm512_storeu_ps(acc + 16 * c, av[c]);
+        return;
+    }
+#elif defined(SEER_AVX2)
+    if (NC > 0) {
+        const int C8 = 2 * NC;
+        __m256 av[16];
+        for (int c = 0; c < C8; ++c) av[c] = _mm256_loadu_ps(acc + 8 * c);
+        for (int64_t o = 0; o < n; ++o) {
+            const __m256 wv = _mm256_set1_ps(w[o]);
+            const float *v = rows + o * stride;
+            for (int c = 0; c < C8; ++c) av[c] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + 8 * c), av[c]);
+        }
+        for (int c = 0; c < C8; ++c) _mm256_storeu_ps(acc + 8 * c, av[c]);
         return;
     }
 #endif

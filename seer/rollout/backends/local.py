@@ -95,7 +95,7 @@ class ProcessBackend(Backend):
     # ------------------------------------------------------------------ processes
     def _spawn(self, policy: RolloutPolicy) -> None:
         spec = self.config.spec if policy.speculative else None
-        key = (spec, self.engine.num_kv_blocks)
+        key = (spec, self.engine)
         if self.proxies and key == self._spec_key and all(p.proc.is_alive() for p in self.proxies.values()):
             return
         self.close_workers()

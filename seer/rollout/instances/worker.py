@@ -16,11 +16,13 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from seer.engine.config import EngineConfig
+
 
 @dataclass(frozen=True)
 class WorkerSpec:
     instance_id: int
-    engine: object                       # EngineConfig of this instance (its model set)
+    engine: EngineConfig                 # this instance's engine, its model set
     pool_dirs: tuple[str, str, int]      # memory dir, spill dir, budget bytes
     spec: object | None                  # SpecConfig when the policy speculates
     cost_profile: dict | None            # verify-cost profile for the adaptive policy
