@@ -4,7 +4,7 @@ T(B, n) is the wall time of one step in which B sequences each compute n tokens 
 gamma: verifying gamma draft tokens). It is measured on this machine with this model, dtype and thread count
 (the policy's decisions are only as good as this table) and cached on disk keyed by those.
 
-Every batch size up to 64 that the KV cache can hold is measured, with a shorter context where the full one does
+Every batch size up to 48 that the KV cache can hold is measured, with a shorter context where the full one does
 not fit: a rollout's instance may run 30-60 sequences in a small KV budget, and a table that stopped at batch 4
 was extrapolated there into nonsense (verification looked free). Timings are noisy on a shared machine, so the
 table is made monotone (a step never gets cheaper with more sequences or more tokens each).
@@ -33,10 +33,10 @@ from seer.sampling_params import SamplingParams
 from seer.spec.policy import VerifyCostModel
 from seer.utils.machine import cpu_info
 
-BATCH_SIZES = (1, 4, 16, 32, 64)
-# the cost is near linear in tokens per sequence (flat while a step is memory-bound, then a slope), so four points
-# interpolate the rest; each point dropped saves a fifth of the profile on a first run
-TOKENS_PER_SEQ = (1, 2, 5, 9)
+BATCH_SIZES = (1, 4, 16, 48)  # larger batches extrapolate linearly: a step is compute-bound there
+# the cost is near linear in tokens per sequence (flat while a step is memory-bound, then a slope), so three points
+# interpolate the rest; the profile of a first run then takes about 30 s on one core of a 2-core AVX2 machine
+TOKENS_PER_SEQ = (1, 3, 9)
 MIN_CONTEXT = 16  # shortest context worth measuring
 GROWTH = 48  # KV tokens a measured sequence may grow by (its outputs plus the largest verify step)
 PROFILE_METHOD = 2  # in the cache key: profiles measured another way are measured again
@@ -103,7 +103,7 @@ def _measure_batch(engine: LLMEngine, batch: int, context: int, repeats: int, rn
     return row
 
 
-def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 3,
+def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 2,
                         cache_dir: Path | None = None, progress: bool = True) -> VerifyCostModel:
     """Measure (or load from the cache) the verify cost table of this engine."""
     if engine.has_unfinished():

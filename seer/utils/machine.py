@@ -3,11 +3,12 @@
 Why: CPUs differ in what decides engine speed. A CPU with AVX512_BF16 or AMX computes bf16 natively and runs it
 1.5-2.5x faster than fp32; one with AVX-512 but neither runs bf16 about 2.6x slower than fp32; an AVX2-only CPU
 cannot pack bf16 weights at all. A figure without its CPU, core count, dtype and torch version cannot be compared
-with another. Torch-free (the torch version is read only if torch is already imported).
+with another. Torch-free (the torch version is read from the installed package's metadata, not by importing it).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import sys
@@ -41,11 +42,18 @@ def auto_dtype(device: str = "cpu") -> str:
     return "bfloat16" if device.startswith("cuda") or native_bf16() else "float32"
 
 
+def _installed(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def machine_info(dtype: str | None = None) -> dict:
     """``cpu_info`` plus the Python and torch versions and, if given, the dtype the run used."""
     torch = sys.modules.get("torch")
     info = {"cpu": cpu_info(), "python": platform.python_version(),
-            "torch": getattr(torch, "__version__", None)}
+            "torch": getattr(torch, "__version__", None) or _installed("torch")}
     if dtype is not None:
         info["dtype"] = dtype
     return info

@@ -8,11 +8,11 @@ from seer.engine.profiler import GROWTH, MIN_CONTEXT, monotone, profile_plan, pr
 def test_plan_shortens_the_context_so_large_batches_are_measured() -> None:
     # 136 blocks of 16 (a rollout bench's budget): the full context fits only up to batch 4
     plan = profile_plan(136, 16, 256, context=128)
-    assert [b for b, _ in plan] == [1, 4, 16, 32]
+    assert [b for b, _ in plan] == [1, 4, 16]
     assert plan[0] == (1, 128) and plan[1] == (4, 128)
     for batch, ctx in plan:
         assert MIN_CONTEXT <= ctx <= 128 and batch * (ctx + GROWTH) <= 136 * 16
-    assert [b for b, _ in profile_plan(10_000, 16, 256, 128)] == [1, 4, 16, 32, 64]
+    assert [b for b, _ in profile_plan(10_000, 16, 256, 128)] == [1, 4, 16, 48]
     assert [b for b, _ in profile_plan(10_000, 16, 20, 128)] == [1, 4, 16]  # max_num_seqs bounds it
     assert profile_plan(3, 16, 256, 128) == []
 
@@ -25,7 +25,7 @@ def test_monotone_removes_noisy_dips() -> None:
 def test_profile_measures_batches_beyond_the_full_context_fit(tiny_llama, tmp_path) -> None:
     engine = LLMEngine(EngineConfig(model=str(tiny_llama), dtype="float32", num_kv_blocks=136, block_size=16))
     cost = profile_verify_cost(engine, repeats=1, cache_dir=tmp_path)
-    assert cost.batch_sizes == [1.0, 4.0, 16.0, 32.0]
+    assert cost.batch_sizes == [1.0, 4.0, 16.0]
     # a batch's sequences share one prompt: computed once, plus the block of its last token for each other one
     plan = profile_plan(136, 16, 256, 128)
     shared = sum(ctx + (b - 1) * 16 for b, ctx in plan) + plan[0][1]  # (the warm-up is the first batch again)
