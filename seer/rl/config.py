@@ -166,7 +166,7 @@ class TrainConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # the policy and seed are the run's
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # its engine's seed is set to the run's
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
