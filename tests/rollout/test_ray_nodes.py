@@ -3,6 +3,11 @@ instances carry their KV through the object store instead of being prefilled aga
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from seer.engine.speculator import SpecConfig
@@ -12,49 +17,33 @@ from seer.sampling_params import SamplingParams
 from tests.conftest import rollout_config
 from tests.models.helpers import make_tiny_model_dir
 
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("nodes"), family="qwen2", seed=3)
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _groups() -> list[GroupInput]:
+def groups() -> list[GroupInput]:
     sp = SamplingParams(temperature=0.0, max_tokens=24)
     return [GroupInput(tuple(range(5 + i, 17 + 2 * i)), 4, sp, key=f"p{i}") for i in range(4)]
 
 
-def _config(**kw: object):  # noqa: ANN202
+def config(**kw: object):  # noqa: ANN201
+    """Chunks of 6 tokens and KV for 96 tokens per instance: requests outgrow an instance's KV and move often."""
     return rollout_config(**{"instances": 2, "dtype": "float32", "block_size": 4, "num_kv_blocks": 24,
                              "chunk_tokens": 6, "spec": SpecConfig(adaptive=False), **kw})
 
 
-@pytest.fixture
-def two_nodes(monkeypatch):  # noqa: ANN001, ANN201
-    """A head and a worker node, one CPU each, both on 127.0.0.1, with this process connected as the driver."""
-    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
-                                                            "include_dashboard": False})
-    try:
-        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
-        cluster.wait_for_nodes(timeout=60)
-        cluster.connect()
-        yield ray
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-
-
 @pytest.mark.slow
-def test_instances_on_two_nodes_move_kv_through_the_object_store(tiny, two_nodes):
-    with RolloutCoordinator(tiny, _config(instances=1, backend="inprocess", num_kv_blocks=400)) as ref:
-        reference = [r.token_ids for r in ref.rollout(_groups(), policy="verl", progress=False).result.responses]
-    assert len(two_nodes.nodes()) == 2
-    with RolloutCoordinator(tiny, _config(backend="ray")) as c:
-        out = c.rollout(_groups(), policy="divided", progress=False)
-    nodes = {st["node"] for st in out.result.stats["instances"].values()}
-    assert len(nodes) == 2, f"both instances on one node: {out.result.stats['instances']}"
-    assert out.metrics.kv_bytes_moved > 0 and out.metrics.reprefill_tokens == 0
-    assert [r.token_ids for r in out.result.responses] == reference
+def test_instances_on_two_nodes_move_kv_through_the_object_store(tmp_path) -> None:  # noqa: ANN001
+    pytest.importorskip("ray")
+    model = make_tiny_model_dir(tmp_path, family="qwen2", seed=3)
+    with RolloutCoordinator(model, config(instances=1, backend="inprocess", num_kv_blocks=400)) as ref:
+        reference = [r.token_ids for r in ref.rollout(groups(), policy="verl", progress=False).result.responses]
+    proc = subprocess.run([sys.executable, "-m", "tests.rollout.two_node_run", str(model)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["cluster_nodes"] == 2
+    assert len(set(got["instance_nodes"])) == 2, f"both instances on one node: {got['instance_nodes']}"
+    # moved with their KV; the only prompt recomputed is where a target had no free blocks for an import (a
+    # capacity fallback), never a transfer that failed between the nodes
+    assert got["kv_bytes_moved"] > 0 and set(got["reprefill_reasons"]) <= {"no_free_blocks"}
+    assert got["tokens"] == reference
