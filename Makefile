@@ -20,12 +20,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# veRL's rollout and Seer's on the same groups (the first 16 of a bundled token-id trace, lengths x0.12, KV for
+# veRL's rollout and Seer's on the same groups (the first 16 of a bundled token-id trace, lengths x0.1, KV for
 # each instance's even share of the tokens), two instance processes: a side-by-side table, runs/demo/report.json and
 # report.png (timelines, finish-time CDFs)
 demo: install
 	$(VENV)/bin/seer models prepare smollm2-135m-instruct
-	$(VENV)/bin/seer bench rollout --trace data/math_cot_groups.jsonl --limit 16 --length-scale 0.12 \
+	$(VENV)/bin/seer bench rollout --trace data/math_cot_groups.jsonl --limit 16 --length-scale 0.1 \
 		--kv-fraction 1.0 --instances 2 --backend local --chunk-tokens 32 --policies verl,seer \
 		--json runs/demo/report.json
 
