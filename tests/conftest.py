@@ -21,8 +21,8 @@ def rollout_config(**kw: object):  # noqa: ANN201
     import dataclasses
 
     from seer.engine.config import EngineConfig
-    from seer.rollout.config import RolloutConfig
+    from seer.rollout.config import RolloutConfig, default_instance_engine
 
     engine_fields = {f.name for f in dataclasses.fields(EngineConfig)}
     engine = {k: kw.pop(k) for k in list(kw) if k in engine_fields}
-    return RolloutConfig(engine=EngineConfig(**{"kv_cache_memory_gb": 1.0, **engine}), **kw)  # type: ignore[arg-type]
+    return RolloutConfig(engine=dataclasses.replace(default_instance_engine(), **engine), **kw)  # type: ignore[arg-type]

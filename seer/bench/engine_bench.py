@@ -95,16 +95,15 @@ def summary_table(report: dict[str, Any], cases: list[str], dtypes: list[str]) -
 
 def _run_system(system: str, dtype: str, workload: dict, model_dir: Path, kv_budget_gb: float, cases: list[str],
                 hf_prompts: int | None, timeout_s: float, quiet_wait_s: float) -> dict[str, Any]:
+    """One system's result in one dtype; ``system`` is one of ``SYSTEMS`` (the caller checked the peers)."""
     if system == "seer":
         return run_seer(workload, model_dir, kv_budget_gb, cases, timeout_s, quiet_wait_s, dtype)
     if system == "vllm":
         return run_vllm_peer(workload, model_dir, kv_budget_gb, timeout_s, cases=cases, quiet_wait_s=quiet_wait_s,
                              dtype=dtype)
-    if system == "hf":
-        w = subset(workload, hf_prompts) if hf_prompts and hf_prompts < len(workload["prompts"]) else workload
-        return run_hf_peer(w, model_dir, timeout_s, cases=cases, num_prompts=None, quiet_wait_s=quiet_wait_s,
-                           dtype=dtype)
-    raise ValueError(f"unknown peer {system!r}; choose from hf, vllm")
+    w = subset(workload, hf_prompts) if hf_prompts and hf_prompts < len(workload["prompts"]) else workload
+    return run_hf_peer(w, model_dir, timeout_s, cases=cases, num_prompts=None, quiet_wait_s=quiet_wait_s,
+                       dtype=dtype)
 
 
 def run_engine_bench(model_dir: Path, peers: list[str], kv_budget_gb: float = 2.0, num_prompts: int = 32,
@@ -117,7 +116,8 @@ def run_engine_bench(model_dir: Path, peers: list[str], kv_budget_gb: float = 2.
     for peer in peers:
         if peer not in SYSTEMS[1:]:
             raise ValueError(f"unknown peer {peer!r}; choose from hf, vllm")
-    seer_dtype = auto_dtype() if auto_dtype() in dtypes else dtypes[0]
+    default = auto_dtype()
+    seer_dtype = default if default in dtypes else dtypes[0]
     workload = engine_workload(model_dir, num_prompts=num_prompts, n=n)
     raw: dict[str, dict[str, dict]] = {}
     errors: dict[str, str] = {}
@@ -133,7 +133,7 @@ def run_engine_bench(model_dir: Path, peers: list[str], kv_budget_gb: float = 2.
     report = summarize(raw, cases, seer_dtype)
     report["table"] = summary_table(report, cases, dtypes)
     report["setup"] = {"model_dir": str(model_dir), "kv_budget_gb": kv_budget_gb, "num_prompts": num_prompts,
-                       "n": n, "hf_prompts": hf_prompts, "dtypes": dtypes, "seer_default_dtype": auto_dtype(),
+                       "n": n, "hf_prompts": hf_prompts, "dtypes": dtypes, "seer_default_dtype": default,
                        "cases": {c: workload[c] for c in cases},
                        "seer_num_kv_blocks": {d: r.get("num_kv_blocks") for d, r in raw["seer"].items()},
                        "startup_s": {f"{k}/{d}": r.get("startup_s") for k, v in raw.items() for d, r in v.items()},

@@ -35,7 +35,7 @@ from seer.utils.machine import cpu_info
 
 BATCH_SIZES = (1, 4, 16, 48)  # larger batches extrapolate linearly: a step is compute-bound there
 # the cost is near linear in tokens per sequence (flat while a step is memory-bound, then a slope), so three points
-# interpolate the rest; the profile of a first run then takes about 30 s on one core of a 2-core AVX2 machine
+# interpolate the rest; every point measured adds to a first run's wait (timings: benchmarks/README.md)
 TOKENS_PER_SEQ = (1, 3, 9)
 MIN_CONTEXT = 16  # shortest context worth measuring
 GROWTH = 48  # KV tokens a measured sequence may grow by (its outputs plus the largest verify step)
