@@ -56,7 +56,7 @@ class LLMEngine:
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.model, self.model_config = load_model(config.model, dtype=config.torch_dtype, device=config.device)
-        prepack_linears(self.model)  # bf16 on CPU only; re-packs itself after weight updates
+        prepack_linears(self.model)  # CPU bf16/fp32; re-packs itself after weight updates
         mc = self.model_config
         kv_bytes = 2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * \
             torch.tensor([], dtype=config.torch_dtype).element_size()

@@ -1,16 +1,18 @@
-"""Pre-packed bf16 weights for the CPU decode path (oneDNN's blocked layout, packed once, reused every step).
+"""Pre-packed weights for the CPU decode path (oneDNN's blocked layout, packed once, reused every step).
 
-Why: ``F.linear`` on a bf16 CPU tensor hands the weight to oneDNN in plain row-major layout, and oneDNN
-re-blocks it on every call. For a decode step that is most of the cost at small batch: measured here (2 cores,
-576 x 3072 weight) 0.148 ms vs 0.049 ms at batch 1, 0.249 vs 0.099 at batch 8, 2.40 vs 2.19 at batch 256,
-with bit-identical outputs. The tail of a rollout runs at small batch and draft verification adds a few rows
-per request, so both gain the most.
+Why: ``F.linear`` on a CPU tensor either hands the weight to oneDNN in plain row-major layout, which re-blocks
+it on every call (bf16), or to MKL's sgemm (fp32), which is slow for the decode shapes: few rows against a wide
+weight, above all the 49,152-wide LM head. A packed weight skips both costs; the decode step at batch 16-256
+spends most of its time in these products, and the tail of a rollout runs at small batch where the gain is
+largest (figures in benchmarks/README.md, "Pre-packed linears").
 
-How: ``prepack_linears(model)`` switches every ``nn.Linear`` of an inference model to ``PackedLinear`` in place
-(a class swap, so parameter names, the loader and weight sync are untouched) and packs its weight. The pack
-records the weight's version counter; any in-place change of the weight (``load_weights``, ``update_weights``)
-bumps it and the next call re-packs, so a stale pack is never used. Only bf16 on CPU is packed: float32 keeps
-the exact reference path of the equivalence tests. ``SEER_PREPACK=0`` disables packing.
+How: ``prepack_linears(model)`` switches every bf16/fp32 ``nn.Linear`` of an inference model to ``PackedLinear``
+in place (a class swap, so parameter names, the loader and weight sync are untouched) and packs its weight. The
+pack records the weight's version counter; any in-place change of the weight (``load_weights``,
+``update_weights``) bumps it and the next call re-packs, so a stale pack is never used. bf16 outputs are
+bit-identical to ``F.linear``; fp32 ones differ only in summation order (relative 1e-6), and the greedy tokens
+and logprobs of the real model still match transformers' (tests/engine/test_smollm2.py). The packed copy
+doubles the weights' memory. Autograd keeps ``F.linear``; ``SEER_PREPACK=0`` disables packing.
 """
 
 from __future__ import annotations
@@ -25,26 +27,28 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
+PACKED_DTYPES = (torch.bfloat16, torch.float32)
 
-def packing_supported() -> bool:
-    """Packing is on (``SEER_PREPACK`` unset or not 0) and this CPU's oneDNN can pack bf16 weights: its bf16
-    path needs AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT, so an AVX2-only CPU keeps plain linears."""
-    return os.environ.get("SEER_PREPACK", "1") != "0" and _cpu_can_pack()
+
+def packing_supported(dtype: torch.dtype = torch.bfloat16) -> bool:
+    """Packing is on (``SEER_PREPACK`` unset or not 0) and this CPU's oneDNN can pack ``dtype`` weights: its
+    bf16 path needs AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT, so an AVX2-only CPU packs float32 only."""
+    return os.environ.get("SEER_PREPACK", "1") != "0" and _cpu_can_pack(dtype)
 
 
 @functools.cache
-def _cpu_can_pack() -> bool:
+def _cpu_can_pack(dtype: torch.dtype) -> bool:
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
         return False
     try:
-        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16), 256)
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=dtype), 256)
     except RuntimeError:
         return False
     return True
 
 
 class PackedLinear(nn.Linear):
-    """An ``nn.Linear`` that runs bf16 CPU inputs through a cached oneDNN-packed copy of its weight."""
+    """An ``nn.Linear`` that runs CPU inputs of its weight's dtype through a cached oneDNN-packed copy."""
 
     _packed: torch.Tensor | None
     _packed_version: int
@@ -55,7 +59,7 @@ class PackedLinear(nn.Linear):
         self._packed_version = self.weight._version
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (self._packed is None or x.dtype != torch.bfloat16 or x.device.type != "cpu"
+        if (self._packed is None or x.dtype != self.weight.dtype or x.device.type != "cpu"
                 or (torch.is_grad_enabled() and self.weight.requires_grad)):
             return F.linear(x, self.weight, self.bias)
         if self.weight._version != self._packed_version:
@@ -67,12 +71,11 @@ class PackedLinear(nn.Linear):
 
 
 def prepack_linears(model: nn.Module) -> int:
-    """Pack every bf16 CPU ``nn.Linear`` of ``model``; returns how many were packed (0 when unsupported)."""
-    if not packing_supported():
-        return 0
+    """Pack every bf16/fp32 CPU ``nn.Linear`` of ``model``; returns how many were packed (0 when unsupported)."""
     count = 0
     for module in model.modules():
-        if type(module) is nn.Linear and module.weight.dtype == torch.bfloat16 and module.weight.device.type == "cpu":
+        if (type(module) is nn.Linear and module.weight.dtype in PACKED_DTYPES and module.weight.device.type == "cpu"
+                and packing_supported(module.weight.dtype)):
             module.__class__ = PackedLinear
             try:
                 module.pack()

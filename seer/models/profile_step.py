@@ -4,7 +4,7 @@ Why: the engine's throughput target is set at batch-256 decode on CPU, where att
 competes with the weight GEMMs; this measures both on the exact code path the engine runs (paged forward,
 shared prompt blocks between G siblings as prefix caching produces them), without needing a checkpoint.
 
-    python -m seer.models.profile_step --batch 1 16 64 256 --context 300 --threads 2 [--json out.json]
+    python -m seer.models.profile_step --batch 1 16 64 256 --context 300 --threads 2 [--dtype D] [--json out.json]
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import torch
 
 from seer.models.attention import AttentionMetadata
 from seer.models.config import ModelConfig
+from seer.models.packed_linear import prepack_linears
 from seer.models.paged_attention import paged_attention
 from seer.models.registry import build_model
+from seer.utils.machine import auto_dtype
 
 SMOLLM2_135M = {  # HuggingFaceTB/SmolLM2-135M(-Instruct) config.json, the default model of the project
     "architectures": ["LlamaForCausalLM"], "hidden_size": 576, "intermediate_size": 1536,
@@ -114,7 +116,9 @@ def random_model(raw: dict, dtype: torch.dtype) -> tuple[torch.nn.Module, ModelC
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.02)
-    return model.to(dtype).eval().requires_grad_(False), config
+    model = model.to(dtype).eval().requires_grad_(False)
+    prepack_linears(model)  # as the engine does
+    return model, config
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,7 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256])
     ap.add_argument("--context", type=int, default=300)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    ap.add_argument("--dtype", choices=["bfloat16", "float32"], default=auto_dtype(),
+                    help="default: what dtype='auto' picks on this CPU")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--clock", choices=sorted(_CLOCKS), default="wall",
                     help="cpu = process CPU time (meaningful with --threads 1 on a loaded machine)")

@@ -1,4 +1,4 @@
-"""Pre-packed bf16 linears: identical outputs, re-packed after weight updates, float32 left alone."""
+"""Pre-packed linears: bf16 bit-identical, fp32 equal up to summation order, re-packed after weight updates."""
 
 import pytest
 import torch
@@ -6,7 +6,8 @@ from torch import nn
 
 from seer.models.packed_linear import PackedLinear, packing_supported, prepack_linears
 
-pytestmark = pytest.mark.skipif(not packing_supported(), reason="oneDNN weight packing unavailable")
+needs_bf16 = pytest.mark.skipif(not packing_supported(torch.bfloat16), reason="oneDNN bf16 packing unavailable")
+needs_fp32 = pytest.mark.skipif(not packing_supported(torch.float32), reason="oneDNN fp32 packing unavailable")
 
 
 def _model(dtype: torch.dtype) -> nn.Module:
@@ -14,8 +15,9 @@ def _model(dtype: torch.dtype) -> nn.Module:
     return nn.Sequential(nn.Linear(64, 96, bias=True), nn.Linear(96, 32, bias=False)).to(dtype).eval()
 
 
+@needs_bf16
 @pytest.mark.parametrize("rows", [1, 5, 64])
-def test_packed_output_is_identical(rows: int) -> None:
+def test_packed_bf16_output_is_identical(rows: int) -> None:
     model = _model(torch.bfloat16)
     x = torch.randn(2, rows, 64).to(torch.bfloat16)
     with torch.inference_mode():
@@ -25,23 +27,44 @@ def test_packed_output_is_identical(rows: int) -> None:
         assert torch.equal(model(x), ref)
 
 
-def test_weight_update_repacks() -> None:
-    model = _model(torch.bfloat16)
+@needs_fp32
+@pytest.mark.parametrize("rows", [1, 5, 64])
+def test_packed_fp32_output_matches(rows: int) -> None:
+    model = _model(torch.float32)
+    x = torch.randn(2, rows, 64)
+    with torch.inference_mode():
+        ref = model(x)
+        assert prepack_linears(model) == 2
+        assert all(isinstance(m, PackedLinear) and m._packed is not None for m in model)
+        out = model(x)
+    assert out.shape == ref.shape
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(torch.bfloat16, marks=needs_bf16),
+                                   pytest.param(torch.float32, marks=needs_fp32)])
+def test_weight_update_repacks(dtype: torch.dtype) -> None:
+    model = _model(dtype)
     prepack_linears(model)
-    x = torch.randn(3, 64).to(torch.bfloat16)
+    x = torch.randn(3, 64).to(dtype)
     with torch.no_grad():
         model[0].weight.mul_(2.0)  # an in-place update, as load_weights does with copy_
         expect = nn.functional.linear(nn.functional.linear(x, model[0].weight, model[0].bias), model[1].weight)
-        assert torch.equal(model(x), expect)
+        torch.testing.assert_close(model(x), expect, rtol=1e-5, atol=1e-6)
+        model[1].weight.zero_()
+        assert torch.equal(model(x), torch.zeros(3, 32, dtype=dtype))  # a stale pack would give non-zeros
 
 
-def test_float32_and_training_use_plain_linear() -> None:
+@needs_fp32
+def test_training_uses_plain_linear_and_env_disables(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _model(torch.float32)
-    assert prepack_linears(model) == 0 and type(model[0]) is nn.Linear
-    bf = _model(torch.bfloat16)
-    prepack_linears(bf)
-    bf.requires_grad_(True)
-    y = bf(torch.randn(2, 64).to(torch.bfloat16)).float().sum()
+    prepack_linears(model)
+    model.requires_grad_(True)
+    y = model(torch.randn(2, 64)).sum()
     y.backward()  # autograd goes through F.linear, so gradients exist
-    assert bf[0].weight.grad is not None
-    assert "weight" in dict(bf[0].named_parameters())  # names unchanged for the loader
+    assert model[0].weight.grad is not None
+    assert "weight" in dict(model[0].named_parameters())  # names unchanged for the loader
+    assert prepack_linears(_model(torch.float16)) == 0  # dtypes not packed stay plain
+    monkeypatch.setenv("SEER_PREPACK", "0")
+    plain = _model(torch.float32)
+    assert prepack_linears(plain) == 0 and type(plain[0]) is nn.Linear
