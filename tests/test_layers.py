@@ -39,7 +39,7 @@ def test_the_control_plane_imports_no_torch() -> None:
                "seer.rollout.orderings", "seer.rollout.critical_path", "seer.rollout.driver",
                "seer.rollout.kv_pool", "seer.rollout.stall", "seer.rollout.virtual_time",
                "seer.rollout.step_cost", "seer.rollout.bound", "seer.rollout.config", "seer.spec.suffix_tree",
-               "seer.spec.draft_server",
+               "seer.spec.draft_server", "seer.spec.budget", "seer.spec.policy",
                "seer.sim.simulate"]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

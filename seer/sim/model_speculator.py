@@ -4,7 +4,8 @@ Why: a length-only trace (or a preset) has no token streams to build suffix tree
 makes grouped speculation work is still there: a request drafts well from siblings that have already written
 past its position. So this speculator tracks every request's progress per group, counts the references ahead of a
 request (``n`` = siblings whose generated length exceeds its own), and accepts drafts per token with the fitted
-probability ``alpha(n)`` (``acceptance.py``). Draft lengths come from the adaptive budget (``speculation.py``).
+probability ``alpha(n)`` (``acceptance.py``). Draft lengths come from the engine's draft budget
+(``seer.spec.budget``) priced by the roofline (``speculation.py``).
 At token quantum 1 acceptance is sampled draft token by draft token; at a coarse quantum one simulated step
 stands for many real verification steps, so the accepted count is the expected acceptance length, randomly
 rounded (unbiased). Seeded, so runs are reproducible. Draft tokens are valued as the engine's speculator values
@@ -27,13 +28,15 @@ from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
 from seer.sim.acceptance import AcceptanceModel, expected_accept_len
 from seer.sim.cost_model import CostModel
-from seer.sim.speculation import DraftClass, SimSpecConfig, allocate, apply_drafts, draft_limit
-from seer.spec.policy import critical_weights
+from seer.sim.speculation import SimSpecConfig, apply_drafts, draft_limit, roofline_price
+from seer.spec.budget import DraftClass, plan_budget
+from seer.spec.policy import PolicyConfig, critical_weights
 
 
 class ModelSpeculator:
     def __init__(self, config: SimSpecConfig, model: AcceptanceModel, cost: CostModel, quantum: int = 1) -> None:
         self.config = config
+        self.rule = PolicyConfig(gamma_max=config.gamma_max)  # the engine's probe boost and token cap
         self.model = model
         self.cost = cost
         self.quantum = quantum
@@ -71,8 +74,8 @@ class ModelSpeculator:
         cands = [c for c in cands if c[1] > 0]
         if cands:
             classes = self.classes(cands)
-            allocate(classes, self.cost, self.quantum, len(ready), ctx, self.config.draft_cost_s,
-                     base_value=sum(weights))
+            price = roofline_price(self.cost, self.quantum, len(ready), ctx, self.config.draft_cost_s)
+            plan_budget(classes, price, sum(weights), self.rule.probe_boost, self.rule.max_batch_tokens)
             apply_drafts(classes)
         return len(cands)
 
@@ -102,7 +105,7 @@ class ModelSpeculator:
             c = by.get(key)
             if c is None:
                 a = self._alpha(n)
-                c = by[key] = DraftClass([weight * a ** j for j in range(1, limit + 1)], [], 0.0, req.probe)
+                c = by[key] = DraftClass([weight * a ** j for j in range(1, limit + 1)], probe=req.probe)
             c.members.append(req)
             c.context += req.num_computed_tokens + 0.5
             self._alpha_at[req.request_id] = self._alpha(n)

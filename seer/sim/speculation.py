@@ -11,25 +11,22 @@ One speculator object per run is shared by every instance (like the draft server
   that ``SimInstance`` prices with the roofline at the batch's current contexts); acceptance is exact, the
   recorded tokens decide (forced-token replay, greedy verification).
 * length-only workloads at any quantum: ``model_speculator.py``, acceptance from a fitted model ``alpha(n)`` of
-  the sibling references ahead of a request and draft lengths from ``allocate`` below.
+  the sibling references ahead of a request.
 
-``allocate`` is the draft-length rule (docs/design.md) at cluster scale: speculate only where it pays, spend the
-token budget where the marginal gain is largest, probes first. A draft token's marginal gain is the probability that
-it is accepted (``alpha^j``); its marginal cost is what one more token adds to this step's roofline price (nothing
-while the step is memory-bound, the compute slope once it is compute-bound, plus the drafter's ``draft_cost_s``).
-Tokens are granted greedily, best gain first, while the step's expected tokens per second still rises, so a large
-busy batch speculates little or not at all and the tail drafts long. It is ``SpecPolicy.plan``'s rule with the
-roofline's context-dependent cost, vectorised over classes of requests with equal gains, so a step with a thousand
-running requests costs a few dozen roofline evaluations instead of thousands of candidate tokens.
+In both, draft lengths come from the engine's own rule, ``seer.spec.budget.plan_budget`` (the one
+``SpecPolicy.plan`` runs). For length-only workloads ``roofline_price`` below prices a step by the roofline at the
+batch's current contexts (a draft token costs nothing while the step is memory-bound, the compute slope once it
+is compute-bound, plus the drafter's ``draft_cost_s``), and requests with equal values share a class, so a step
+with a thousand running requests prices a few hundred prefixes, not thousands.
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 from seer.engine.request import Request
 from seer.sim.cost_model import CostModel, StepSummary
+from seer.spec.budget import DraftClass, StepPrice
 
 
 @dataclass(frozen=True)
@@ -47,19 +44,6 @@ class SimSpecConfig:
             raise ValueError("draft_cost_s must be >= 0")
 
 
-@dataclass
-class DraftClass:
-    """Requests that would draft with the same marginal gains; ``drafts[i]`` are member i's candidate tokens."""
-
-    gains: list[float]
-    members: list[Request]
-    context: float                      # summed context of the members (simulated tokens)
-    probe: bool = False
-    drafts: list[list[int]] | None = None
-    granted: int = 0
-    partial: int = 0                    # members [:partial] get one more token than ``granted``
-
-
 def draft_limit(req: Request, gamma_max: int) -> int:
     """Drafts that stay inside the current chunk and the recorded response (no headroom beyond the chunk)."""
     pos = req.num_output_tokens
@@ -70,62 +54,24 @@ def draft_limit(req: Request, gamma_max: int) -> int:
     return max(0, min(gamma_max, end - pos - 1))
 
 
-def allocate(classes: list[DraftClass], cost: CostModel, quantum: int, base_seqs: int, base_context: float,
-             draft_cost_s: float = 0.0, base_value: float | None = None) -> int:
-    """Grant draft tokens greedily (best gain first, probes first on ties) while expected (weighted) tokens per
-    second of the step rises; returns tokens granted. ``base_*`` describe the step without drafts (simulated
-    tokens); ``base_value`` is the weighted value of its plain tokens (``base_seqs`` when gains are unweighted)."""
-    if base_seqs <= 0:
-        return 0
+def roofline_price(cost: CostModel, quantum: int, base_seqs: int, base_context: float,
+                   draft_cost_s: float = 0.0) -> StepPrice:
+    """The step price of ``plan_budget`` for a decode step of ``base_seqs`` requests over ``base_context``
+    simulated context tokens (one simulated token stands for ``quantum`` real ones)."""
     ctx_real = base_context * quantum
-    tokens, pairs = float(base_seqs), ctx_real
-    summary = StepSummary(base_seqs, tokens, ctx_real, pairs)
-    t_now = cost.step_time(summary)
-    expect = float(base_seqs) if base_value is None else base_value
-    heap = [(-c.gains[0], not c.probe, i) for i, c in enumerate(classes) if c.gains]
-    heapq.heapify(heap)
-    granted = 0
-    while heap:
-        neg_gain, _, i = heapq.heappop(heap)
-        c = classes[i]
-        gain, cnt = -neg_gain, len(c.members)
-        add_ctx = c.context * quantum
-        t_new = cost.step_time(StepSummary(base_seqs, tokens + cnt, ctx_real, pairs + add_ctx)) \
-            + draft_cost_s * (granted + cnt)
-        if (expect + gain * cnt) * t_now > expect * t_new:
-            tokens, pairs, expect, t_now = tokens + cnt, pairs + add_ctx, expect + gain * cnt, t_new
-            granted += cnt
-            c.granted += 1
-            if c.granted < len(c.gains):
-                heapq.heappush(heap, (-c.gains[c.granted], not c.probe, i))
-            continue
-        k = _partial(cost, c, gain, base_seqs, tokens, ctx_real, pairs, expect, t_now, quantum, draft_cost_s, granted)
-        c.partial = k
-        granted += k
-        break
-    return granted
 
+    def price(tokens: int, context: float, drafting: int) -> float:
+        step = StepSummary(base_seqs, float(base_seqs + tokens), ctx_real, ctx_real + context * quantum)
+        return cost.step_time(step) + draft_cost_s * tokens
 
-def _partial(cost: CostModel, c: DraftClass, gain: float, seqs: int, tokens: float, ctx: float, pairs: float,
-             expect: float, t_now: float, quantum: int, draft_cost_s: float, granted: int) -> int:
-    """Largest k < members such that granting the next token to k members still pays (bisection)."""
-    per_ctx = c.context * quantum / max(len(c.members), 1)
-    lo, hi = 0, len(c.members) - 1
-    while lo < hi:
-        k = (lo + hi + 1) // 2
-        t_new = cost.step_time(StepSummary(seqs, tokens + k, ctx, pairs + k * per_ctx)) + draft_cost_s * (granted + k)
-        if (expect + gain * k) * t_now > expect * t_new:
-            lo = k
-        else:
-            hi = k - 1
-    return lo
+    return price
 
 
 def apply_drafts(classes: list[DraftClass]) -> None:
-    """Write the granted drafts into the requests (the scheduler then allocates and verifies them)."""
+    """Write the granted drafts into the requests (the scheduler then allocates and verifies them; the simulated
+    target decides acceptance, so the draft tokens' ids do not matter)."""
     for c in classes:
         for j, req in enumerate(c.members):
-            g = c.granted + (1 if j < c.partial else 0)
-            if g <= 0:
-                continue
-            req.spec_token_ids = c.drafts[j][:g] if c.drafts is not None else [0] * g
+            g = c.gamma(j)
+            if g > 0:
+                req.spec_token_ids = [0] * g

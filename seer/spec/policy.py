@@ -30,6 +30,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Hashable, Mapping, Sequence
 
+from seer.spec.budget import DraftClass, plan_budget
+
 __all__ = ["VerifyCostModel", "AcceptanceTracker", "PolicyConfig", "SpecPolicy", "PolicyRequest", "t_sd"]
 
 
@@ -211,34 +213,24 @@ class SpecPolicy:
         return min(range(len(times)), key=lambda g: (times[g], g))
 
     def plan(self, batch: Sequence[PolicyRequest]) -> dict[Hashable, int]:
-        """Draft length per request for one step; all zeros when speculation does not pay."""
+        """Draft length per request for one step (``plan_budget`` with the profiled step price, one class per
+        request); all zeros when speculation does not pay."""
         cfg, n = self.config, len(batch)
-        gammas = {r.request_id: 0 for r in batch}
         if n == 0:
-            return gammas
-        accepts = [self.tracker.accept(r.request_id, r.group_id) for r in batch]
-        # Every candidate draft token, ranked by (boosted) weighted marginal gain w_i * a_i ** j.
-        offers: list[tuple[float, float, int]] = []
-        for i, (r, a) in enumerate(zip(batch, accepts)):
+            return {}
+        classes = []
+        for r in batch:
+            a = self.tracker.accept(r.request_id, r.group_id)
             cap = cfg.gamma_max if r.max_gamma is None else max(0, min(cfg.gamma_max, r.max_gamma))
-            boost = cfg.probe_boost if r.is_probe else 1.0
-            offers.extend((a ** j * r.weight * boost, a ** j * r.weight, i) for j in range(1, cap + 1))
-        offers.sort(key=lambda o: -o[0])
-        offers = offers[: cfg.max_batch_tokens]
+            classes.append(DraftClass([a ** j * r.weight for j in range(1, cap + 1)], [r.request_id],
+                                      probe=r.is_probe))
         row = self.cost.row_for_batch(n)
-        base = sum(r.weight for r in batch)
-        best_rate, best_k = base / self.cost.step_time(n, 1, row), 0
-        gain, drafting, counts = base, 0, [0] * n
-        for k, (_, g, i) in enumerate(offers, start=1):
-            gain += g
-            drafting += counts[i] == 0
-            counts[i] += 1
-            step = self.cost.step_time(n, 1 + k / n, row) + self.cost.draft_time(drafting)
-            if gain / step > best_rate:
-                best_rate, best_k = gain / step, k
-        for _, _, i in offers[:best_k]:
-            gammas[batch[i].request_id] += 1
-        return gammas
+
+        def price(tokens: int, context: float, drafting: int) -> float:
+            return self.cost.step_time(n, 1 + tokens / n, row) + self.cost.draft_time(drafting)
+
+        plan_budget(classes, price, sum(r.weight for r in batch), cfg.probe_boost, cfg.max_batch_tokens)
+        return {c.members[0]: c.gamma(0) for c in classes}
 
     def observe(self, request_id: Hashable, group_id: Hashable, path_len: int, accepted: int) -> None:
         self.tracker.observe(request_id, group_id, path_len, accepted)

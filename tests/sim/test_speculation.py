@@ -10,8 +10,9 @@ from seer.sim.acceptance import AcceptanceModel, alpha_from_tau, expected_accept
 from seer.sim.cost_model import CostModel
 from seer.sim.hardware import InstanceSpec, get_accelerator, get_model
 from seer.sim.simulate import SimConfig, run_policy
-from seer.sim.speculation import DraftClass, allocate
+from seer.sim.speculation import roofline_price
 from seer.sim.workloads import trace_workload
+from seer.spec.budget import DraftClass, plan_budget
 from tests.sim.helpers import small_cluster, small_workload
 
 COST = CostModel(InstanceSpec(get_accelerator("h800"), get_model("qwen2-vl-72b"), 8))
@@ -29,7 +30,7 @@ def reqs(n: int, ctx: int) -> list[Request]:
 def granted(n: int, ctx: int, alpha: float = 0.6) -> int:
     members = reqs(n, ctx)
     c = DraftClass([alpha ** j for j in range(1, 9)], members, float(n * ctx))
-    return allocate([c], COST, 1, n, float(n * ctx))
+    return plan_budget([c], roofline_price(COST, 1, n, float(n * ctx)), float(n))
 
 
 def test_tail_drafts_long_busy_batch_drafts_little() -> None:
@@ -98,10 +99,10 @@ def test_weighted_gains_send_drafts_to_the_critical_request() -> None:
     n, ctx, alpha = 1000, 200, 0.6
     gains = [alpha ** j for j in range(1, 9)]
     plain = DraftClass(list(gains), reqs(n, ctx), float(n * ctx))
-    allocate([plain], COST, 1, n, float(n * ctx))
+    plan_budget([plain], roofline_price(COST, 1, n, float(n * ctx)), float(n))
     crowd = DraftClass(list(gains), reqs(n - 1, ctx), float((n - 1) * ctx))
     straggler = DraftClass([50.0 * g for g in gains], reqs(1, ctx), float(ctx))
-    allocate([crowd, straggler], COST, 1, n, float(n * ctx), base_value=(n - 1) + 50.0)
+    plan_budget([crowd, straggler], roofline_price(COST, 1, n, float(n * ctx)), (n - 1) + 50.0)
     assert straggler.granted >= 6 > plain.granted  # its tokens are worth 50x: it drafts long
     assert crowd.granted <= plain.granted
 
