@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from seer.cli.common import read_jsonl, resolve_model, write_json
+from seer.engine.config import EngineConfig
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,9 +34,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto",
                    help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
                         "AMX), else float32; or float32, bfloat16, float16")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--kv-cache-gb", type=float, default=4.0, help="KV cache memory per instance, GiB")
-    p.add_argument("--max-num-seqs", type=int, default=256, help="most sequences an instance runs in one step")
+    p.add_argument("--device", default=EngineConfig.device, help="cpu or cuda[:N]")
+    p.add_argument("--kv-cache-gb", type=float, default=EngineConfig.kv_cache_memory_gb,
+                   help="KV cache memory per instance, GiB")
+    p.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs,
+                   help="most sequences an instance runs in one step")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per engine instance (default: the cores divided among instances)")
     p.add_argument("--out", default=None, help="write results as JSONL here")

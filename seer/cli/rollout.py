@@ -11,10 +11,15 @@ import json
 from pathlib import Path
 
 from seer.cli.common import resolve_model, write_json
+from seer.engine.config import EngineConfig
+from seer.rollout.backends import BACKENDS
+from seer.rollout.config import RolloutConfig
 from seer.rollout.orderings import CONTEXT_RANKS, OrderingConfig
 
 
 def add_rollout_args(p: argparse.ArgumentParser) -> None:
+    """Flags of one rollout; their defaults are ``RolloutConfig``'s, so the CLI and the API agree."""
+    d = RolloutConfig()
     p.add_argument("--model", default=None,
                    help="model directory or known name (default: smollm2-135m-instruct, prepared on first use)")
     p.add_argument("--prompts", default=None, help="prompts JSONL (question/prompt/messages/prompt_token_ids)")
@@ -26,14 +31,14 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-len", type=int, default=None,
                    help="cap replayed response lengths at this many tokens (default: no cap)")
     p.add_argument("--group-size", type=int, default=8, help="responses per prompt (G)")
-    p.add_argument("--instances", type=int, default=2, help="engine instances")
-    p.add_argument("--backend", default="inprocess", choices=["inprocess", "local", "ray"],
+    p.add_argument("--instances", type=int, default=d.instances, help="engine instances")
+    p.add_argument("--backend", default=d.backend, choices=list(BACKENDS),
                    help="inprocess (virtual clock per instance), local (a process each) or ray (actors)")
-    p.add_argument("--chunk-tokens", type=int, default=128,
+    p.add_argument("--chunk-tokens", type=int, default=d.chunk_tokens,
                    help="tokens a request generates per chunk before it returns to the buffer (divided rollout)")
-    p.add_argument("--context-rank", default=OrderingConfig.rank, choices=CONTEXT_RANKS,
+    p.add_argument("--context-rank", default=d.ordering.rank, choices=CONTEXT_RANKS,
                    help="context ordering of non-probes: hedged remaining length, or the paper's group order")
-    p.add_argument("--kv-affinity-spread", type=int, default=32,
+    p.add_argument("--kv-affinity-spread", type=int, default=d.kv_affinity_spread,
                    help="resume a request where its KV is only while that instance runs at most this many more "
                         "requests than the least loaded one; -1: always")
     p.add_argument("--max-tokens", type=int, default=256, help="most tokens a response may generate")
@@ -43,7 +48,8 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0,
                    help="nucleus sampling: keep the smallest set of tokens with this much probability (1.0: off)")
     p.add_argument("--seed", type=int, default=0, help="random seed (each group and sibling derives its own from it)")
-    p.add_argument("--kv-cache-gb", type=float, default=1.0, help="KV cache memory per instance, GiB")
+    p.add_argument("--kv-cache-gb", type=float, default=d.engine.kv_cache_memory_gb,
+                   help="KV cache memory per instance, GiB")
     p.add_argument("--num-kv-blocks", type=int, default=None,
                    help="KV cache blocks per instance (overrides --kv-cache-gb)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per instance")
@@ -58,7 +64,7 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="run a rollout over several engine instances")
     add_rollout_args(p)
-    p.add_argument("--policy", default="seer",
+    p.add_argument("--policy", default=RolloutConfig.policy,
                    help="verl, divided, context, seer or oracle; a divided one as NAME+critical adds critical-path "
                         "placement")
     p.add_argument("--out", default=None, help="responses as JSONL")
@@ -66,16 +72,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def rollout_config(args: argparse.Namespace, policy: str, num_kv_blocks: int | None = None):
-    from seer.engine.config import EngineConfig
-    from seer.rollout.config import RolloutConfig
-    from seer.rollout.orderings import OrderingConfig
-
+def rollout_config(args: argparse.Namespace, policy: str, num_kv_blocks: int | None = None) -> RolloutConfig:
+    spread = args.kv_affinity_spread
     engine = EngineConfig(dtype=args.dtype, kv_cache_memory_gb=args.kv_cache_gb,
                           num_kv_blocks=num_kv_blocks or args.num_kv_blocks, num_threads=args.threads, seed=args.seed)
     return RolloutConfig(policy=policy, instances=args.instances, backend=args.backend,
                          chunk_tokens=args.chunk_tokens, engine=engine, ordering=OrderingConfig(rank=args.context_rank),
-                         kv_affinity_spread=None if args.kv_affinity_spread < 0 else args.kv_affinity_spread)
+                         kv_affinity_spread=None if spread is None or spread < 0 else spread)
 
 
 def build_groups(args: argparse.Namespace, model: Path) -> list:

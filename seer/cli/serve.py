@@ -17,7 +17,10 @@ import os
 import sys
 
 from seer.cli.common import resolve_model
-from seer.server.config import DEFAULT_CHUNK_TOKENS
+from seer.engine.config import EngineConfig
+from seer.rollout.backends import BACKENDS
+from seer.rollout.config import RolloutConfig, default_instance_engine
+from seer.server.config import DEFAULT_CHUNK_TOKENS, ServerConfig
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,25 +33,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=os.environ.get("SEER_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $SEER_API_KEY, else no key)")
     p.add_argument("--instances", type=int, default=1, help="engine instances behind the server")
-    p.add_argument("--backend", default="inprocess", choices=["inprocess", "local", "ray"],
+    p.add_argument("--backend", default="inprocess", choices=list(BACKENDS),
                    help="inprocess (virtual clock per instance), local (a process each) or ray (actors)")
     p.add_argument("--policy", default="seer", help="verl, divided, context, seer")
     p.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS,
                    help="tokens per chunk (small: results stream and aborts land per chunk)")
-    p.add_argument("--batch-window-ms", type=float, default=20.0,
+    p.add_argument("--batch-window-ms", type=float, default=1000.0 * ServerConfig.batch_window_s,
                    help="a batch closes after this long without a new request")
-    p.add_argument("--batch-max-wait-ms", type=float, default=500.0, help="... or this long after its first one")
+    p.add_argument("--batch-max-wait-ms", type=float, default=1000.0 * ServerConfig.batch_max_wait_s,
+                   help="... or this long after its first one")
     p.add_argument("--dtype", default="auto",
                    help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
                         "AMX), else float32; or float32, bfloat16, float16")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--kv-cache-gb", type=float, default=1.0, help="KV cache per instance")
+    p.add_argument("--device", default=EngineConfig.device, help="cpu or cuda[:N]")
+    p.add_argument("--kv-cache-gb", type=float, default=default_instance_engine().kv_cache_memory_gb,
+                   help="KV cache per instance, GiB")
     p.add_argument("--num-kv-blocks", type=int, default=None,
                    help="KV cache blocks per instance (overrides --kv-cache-gb)")
-    p.add_argument("--max-num-seqs", type=int, default=256, help="most sequences an instance runs in one step")
+    p.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs,
+                   help="most sequences an instance runs in one step")
     p.add_argument("--threads", type=int, default=None, help="torch threads per instance")
     p.add_argument("--seed", type=int, default=0, help="random seed (each group and sibling derives its own from it)")
-    p.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body accepted, MiB")
+    p.add_argument("--max-body-mb", type=float, default=ServerConfig.max_body_bytes / 2**20,
+                   help="largest request body accepted, MiB")
     p.add_argument("--no-spec-adaptive", action="store_true", help="fixed draft length (no verify-cost profile)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="server log level")
@@ -65,9 +72,7 @@ def _loopback(host: str) -> bool:
 
 
 def build_config(args: argparse.Namespace):
-    from seer.engine.config import EngineConfig
     from seer.engine.speculator import SpecConfig
-    from seer.rollout.config import RolloutConfig
 
     engine = EngineConfig(dtype=args.dtype, device=args.device, kv_cache_memory_gb=args.kv_cache_gb,
                           num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs, num_threads=args.threads,

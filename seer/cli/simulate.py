@@ -20,6 +20,7 @@ from pathlib import Path
 from seer.cli.common import write_json
 from seer.rollout.metrics import REFERENCE_RATIOS, ratio_key
 from seer.rollout.orderings import CONTEXT_RANKS, OrderingConfig
+from seer.sim.simulate import SimConfig
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,9 +47,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="comma list of policies to run side by side")
     run.add_argument("--chunk-tokens", type=int, default=None, help="divided-rollout chunk (default 8192 for "
                                                                    "presets, max_tokens/8 for traces)")
-    run.add_argument("--quantum", type=int, default=0, help="real tokens per simulated token (0: automatic)")
-    run.add_argument("--acceptance", default="auto", help="auto, replay, paper, math_cot")
-    run.add_argument("--accept-scale", type=float, default=1.0,
+    run.add_argument("--quantum", type=int, default=SimConfig.quantum,
+                     help="real tokens per simulated token (0: automatic)")
+    run.add_argument("--acceptance", default=SimConfig.acceptance, help="auto, replay, paper, math_cot")
+    run.add_argument("--accept-scale", type=float, default=SimConfig.accept_scale,
                      help="scale the acceptance model's tokens gained per verification (tau - 1), e.g. 0.5")
     run.add_argument("--context-rank", default=OrderingConfig.rank, choices=CONTEXT_RANKS,
                      help="context ordering of non-probes: hedged remaining length, or the paper's group order")
@@ -114,7 +116,7 @@ def run_cli(args: argparse.Namespace) -> int:
         write_json(args.json, record)
         return 0
     from seer.rollout.policies import parse_policies
-    from seer.sim.simulate import SimConfig, simulate
+    from seer.sim.simulate import simulate
 
     policies = [p.name for p in parse_policies(args.policies)]
     workload, cluster, constants, chunk = _setup(args)

@@ -65,10 +65,14 @@ class _Prefix:
 
 
 def _ranking(classes: list[DraftClass], probe_boost: float) -> list[tuple[int, int]]:
-    """(class, token j) in order of boosted value; ties in class order, then token order."""
+    """(class, token j) in order of boosted value; ties in class order, then token order (a stable sort)."""
+
+    def boosted(item: tuple[int, int]) -> float:
+        c = classes[item[0]]
+        return c.gains[item[1] - 1] * (probe_boost if c.probe else 1.0)
+
     items = [(i, j) for i, c in enumerate(classes) if c.members for j in range(1, len(c.gains) + 1)]
-    return sorted(items, key=lambda it: -classes[it[0]].gains[it[1] - 1] * (probe_boost if classes[it[0]].probe
-                                                                              else 1.0))
+    return sorted(items, key=boosted, reverse=True)
 
 
 def plan_budget(classes: list[DraftClass], price: StepPrice, base_value: float, probe_boost: float = 1.0,
