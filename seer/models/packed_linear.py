@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 PACKED_DTYPES = (torch.bfloat16, torch.float32)
 
 
-def packing_supported(dtype: torch.dtype = torch.bfloat16) -> bool:
+def packing_supported(dtype: torch.dtype) -> bool:
     """Packing is on (``SEER_PREPACK`` unset or not 0) and this CPU's oneDNN can pack ``dtype`` weights: its
     bf16 path needs AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT, so an AVX2-only CPU packs float32 only."""
     return os.environ.get("SEER_PREPACK", "1") != "0" and _cpu_can_pack(dtype)
