@@ -34,7 +34,8 @@ def test_the_library_does_not_import_the_command_layer() -> None:
 
 
 def test_the_control_plane_imports_no_torch() -> None:
-    modules = ["seer.engine.scheduler", "seer.engine.block_manager", "seer.engine.step", "seer.engine.config",
+    modules = ["seer.engine.scheduler", "seer.engine.decode_reserve", "seer.engine.block_manager", "seer.engine.step",
+               "seer.engine.config",
                "seer.rollout.request_buffer",
                "seer.rollout.orderings", "seer.rollout.critical_path", "seer.rollout.driver",
                "seer.rollout.kv_pool", "seer.rollout.stall", "seer.rollout.virtual_time",

@@ -37,6 +37,9 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
+    # admission leaves adaptive room for running requests' tokens (decode_reserve.py); rollout instances turn it
+    # off (RolloutConfig.instance_engine)
+    decode_reserve: bool = True
     seed: int = 0
     num_threads: int | None = None
 

@@ -8,7 +8,9 @@ are admitted only when nothing was preempted in the step, and a preempted reques
 running request remains after it: re-admitting it the moment its own blocks came free gets it preempted again at
 the next block boundary, recomputing its whole context for a few tokens each time. A waiting request whose next
 prompt block is being computed this very step by a sibling waits one step, so the G requests of a group compute
-their prompt once. Torch-free: the simulator drives this class unchanged with a cost model instead of a model.
+their prompt once. With ``decode_reserve`` set, admission also leaves free an adaptive share of the blocks that
+running requests may still need (``decode_reserve.py``); the real engine turns it on. Torch-free: the simulator
+drives this class unchanged with a cost model instead of a model.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from seer.engine.block_manager import BlockKey, BlockManager
+from seer.engine.decode_reserve import DecodeReserve, DecodeReserveConfig
 from seer.engine.request import Request, RequestStatus
 
 
@@ -30,6 +33,7 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: int = 4096
     enable_prefix_caching: bool = True
+    decode_reserve: DecodeReserveConfig | None = None  # None: admit whatever fits now, as vLLM does
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -95,6 +99,8 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.reprefill_reasons: Counter[str] = Counter()  # stats.reprefill_tokens by why they were recomputed
         self._arrivals = 0
+        self.reserve = (DecodeReserve(config.decode_reserve, block_manager.block_size, config.max_model_len)
+                        if config.decode_reserve else None)
 
     # ------------------------------------------------------------------ submission
     def validate(self, req: Request) -> None:
@@ -188,6 +194,7 @@ class Scheduler:
 
     def _admit_waiting(self, budget: int, chunks: list[ScheduledChunk], pending_keys: set[BlockKey]) -> int:
         skipped: list[Request] = []
+        held = self.reserve.held_blocks(self.running) if self.reserve is not None else 0.0
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             req = self.waiting[0]
             bm = self.block_manager
@@ -203,6 +210,10 @@ class Scheduler:
             reserve = max(n, req.reserve_tokens - req.num_computed_tokens)
             preempted = req.reprefill_reason is None and req.max_computed_tokens > req.num_computed_tokens
             headroom = len(self.running) if preempted else 0
+            if self.reserve is not None:
+                slots = bm.blocks_needed(req.num_computed_tokens + reserve) * bm.block_size
+                held += self.reserve.ratio * self.reserve.future_blocks(req, slots)
+                headroom += int(held)
             if bm.num_blocks_to_allocate(req, reserve) + headroom > bm.num_free_blocks:
                 if fresh:
                     bm.free(req)  # give back the cached prefix; its blocks stay cached for the next try
@@ -246,6 +257,8 @@ class Scheduler:
         req.num_preemptions += 1
         req.status = RequestStatus.WAITING
         self.stats.preemptions += 1
+        if self.reserve is not None:
+            self.reserve.observe_preemption()
         self.waiting.appendleft(req)
 
     # ------------------------------------------------------------------ update
@@ -300,6 +313,8 @@ class Scheduler:
             self.stats.spec_bonus += 1
 
     def _finish(self, req: Request) -> None:
+        if self.reserve is not None:
+            self.reserve.observe_finish(req)
         self.running.remove(req)
         self.block_manager.free(req)
         req.status = RequestStatus.FINISHED
@@ -317,4 +332,6 @@ class Scheduler:
         for req in self.paused.values():
             assert req.status == RequestStatus.PAUSED and req.num_computed_tokens == req.num_tokens - 1
         assert len(self.running) <= self.config.max_num_seqs
+        if self.reserve is not None:
+            self.reserve.check_integrity()
         self.block_manager.check_integrity(live)

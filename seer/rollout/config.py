@@ -61,8 +61,11 @@ class RolloutConfig:
 
     def instance_engine(self, model: str, default_threads: int | None = None) -> EngineConfig:
         """The engine config of one instance of ``model``; ``default_threads`` where none is set (a worker
-        process or actor takes one thread unless told otherwise: several share the machine)."""
-        return replace(self.engine, model=model, num_threads=self.engine.num_threads or default_threads)
+        process or actor takes one thread unless told otherwise: several share the machine). Admission never
+        reserves room by ``max_tokens`` here: trace replay sets it to each response's recorded length, which would
+        hand the baseline the lengths, and the simulator, which must decide as the engine does, models vLLM."""
+        return replace(self.engine, model=model, num_threads=self.engine.num_threads or default_threads,
+                       decode_reserve=False)
 
     def driver_kwargs(self, policy: RolloutPolicy, cost: VerifyCostModel | None = None) -> dict[str, Any]:
         """What every backend passes to the ``RolloutDriver`` besides policy, instances, groups and chunk size;

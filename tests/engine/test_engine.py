@@ -70,10 +70,15 @@ def run_greedy(e, prompts, max_tokens=30):
 def test_preemption_recompute_gives_same_greedy_output(tiny_llama):
     prompts = [[i + 3] * 9 for i in range(6)]
     full = run_greedy(engine(tiny_llama), prompts)
-    tight = engine(tiny_llama, num_kv_blocks=40)  # 6 requests x 39 tokens need 60 blocks: preemption
+    # 6 requests x 39 tokens need 60 blocks: admitting whatever fits now preempts
+    tight = engine(tiny_llama, num_kv_blocks=40, decode_reserve=False)
     assert run_greedy(tight, prompts) == full
     assert tight.stats.preemptions > 0 and tight.stats.reprefill_tokens > 0
     tight.scheduler.check_integrity()
+    reserved = engine(tiny_llama, num_kv_blocks=40)  # the default leaves room for max_tokens: no recomputation
+    assert run_greedy(reserved, prompts) == full
+    assert reserved.stats.preemptions == 0
+    reserved.scheduler.check_integrity()
 
 
 def test_export_import_continues_exactly(tiny_llama):

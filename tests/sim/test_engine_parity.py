@@ -88,7 +88,7 @@ def tiny(tmp_path_factory):  # noqa: ANN001, ANN201
 def test_simulator_and_engine_make_identical_decisions(tiny, policy: str) -> None:  # noqa: ANN001
     pol = get_policy(policy)
     cfg = EngineConfig(model=str(tiny), dtype="float32", block_size=4, num_kv_blocks=36, max_num_seqs=6,
-                       max_num_batched_tokens=32, num_threads=1)
+                       max_num_batched_tokens=32, num_threads=1, decode_reserve=False)  # as rollout instances
     engines = [LLMEngine(cfg) for _ in range(INSTANCES)]  # fresh: no prefix cache left by another rollout
     groups = trace()
     headroom = 4 if pol.speculative else 0
