@@ -121,15 +121,23 @@ def run_engine_bench(model_dir: Path, peers: list[str], kv_budget_gb: float = 2.
     workload = engine_workload(model_dir, num_prompts=num_prompts, n=n)
     raw: dict[str, dict[str, dict]] = {}
     errors: dict[str, str] = {}
-    for system in ("seer", *peers):
-        for dtype in dtypes:
-            try:
-                raw.setdefault(system, {})[dtype] = _run_system(system, dtype, workload, model_dir, kv_budget_gb,
-                                                                cases, hf_prompts, timeout_s, quiet_wait_s)
-            except PeerError as err:
-                if system == "seer":
-                    raise
-                errors[f"{system}/{dtype}"] = str(err)
+    runs = [(system, dtype) for system in ("seer", *peers) for dtype in dtypes]
+    for i, (system, dtype) in enumerate(runs, start=1):
+        print(f"[{i}/{len(runs)}] {system} {dtype}: cases {', '.join(cases)} (waits for a quiet machine first)",
+              file=sys.stderr, flush=True)
+        try:
+            result = _run_system(system, dtype, workload, model_dir, kv_budget_gb, cases, hf_prompts, timeout_s,
+                                 quiet_wait_s)
+        except PeerError as err:
+            if system == "seer":
+                raise
+            errors[f"{system}/{dtype}"] = str(err)
+            print(f"[{i}/{len(runs)}] {system} {dtype} failed: {err}", file=sys.stderr, flush=True)
+            continue
+        raw.setdefault(system, {})[dtype] = result
+        figures = ", ".join(f"{c} {result['cases'][c].get('tok_s')} tok/s" for c in cases
+                           if c in result.get("cases", {}))
+        print(f"[{i}/{len(runs)}] {system} {dtype}: {figures}", file=sys.stderr, flush=True)
     report = summarize(raw, cases, seer_dtype)
     report["table"] = summary_table(report, cases, dtypes)
     report["setup"] = {"model_dir": str(model_dir), "kv_budget_gb": kv_budget_gb, "num_prompts": num_prompts,

@@ -43,3 +43,21 @@ def test_a_missing_peer_leaves_its_ratio_empty() -> None:
 def test_an_unknown_peer_is_rejected_before_anything_runs(tmp_path) -> None:  # noqa: ANN001
     with pytest.raises(ValueError, match="unknown peer 'sglang'"):
         engine_bench.run_engine_bench(tmp_path, ["sglang"])
+
+
+def test_every_run_is_announced_and_a_failed_peer_is_recorded(monkeypatch: pytest.MonkeyPatch, tmp_path,  # noqa: ANN001
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    def fake_run(system: str, dtype: str, *args: object) -> dict:
+        if system == "vllm":
+            raise engine_bench.PeerError("vllm venv missing")
+        return {"cases": {"fixed": {"tok_s": 100.0 if dtype == "float32" else 50.0}}}
+
+    monkeypatch.setattr(engine_bench, "_run_system", fake_run)
+    monkeypatch.setattr(engine_bench, "engine_workload", lambda *a, **k: {"fixed": {"max_tokens": 4}})
+    monkeypatch.setattr(engine_bench, "auto_dtype", lambda: "float32")
+    report = engine_bench.run_engine_bench(tmp_path, ["vllm"], cases=["fixed"], dtypes=["bfloat16", "float32"])
+    err = capsys.readouterr().err
+    assert "[1/4] seer bfloat16: fixed 50.0 tok/s" in err and "[2/4] seer float32: fixed 100.0 tok/s" in err
+    assert "[3/4] vllm bfloat16 failed: vllm venv missing" in err
+    assert report["errors"] == {"vllm/bfloat16": "vllm venv missing", "vllm/float32": "vllm venv missing"}
+    assert report["fixed"]["seer_tok_s"] == 100.0 and report["fixed"]["vs_vllm"] is None
