@@ -23,6 +23,7 @@ from seer.engine.request import Request
 from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig, SchedulerOutput, StepResult
 from seer.engine.speculator import Speculator
 from seer.engine.step import run_step
+from seer.models import attn_kernel, rms_norm
 from seer.models.loader import load_model, load_weights
 from seer.models.packed_linear import prepack_linears
 from seer.sampling_params import SamplingParams
@@ -58,6 +59,10 @@ class LLMEngine:
             torch.set_num_threads(config.num_threads)
         self.model, self.model_config = load_model(config.model, dtype=config.torch_dtype, device=config.device)
         prepack_linears(self.model)  # CPU bf16/fp32; re-packs itself after weight updates
+        if config.device == "cpu":  # build the C kernels now (cached per CPU), never inside a timed first step
+            attn_kernel.kernel_available()
+            if config.torch_dtype == torch.bfloat16:
+                rms_norm.kernel_available()
         mc = self.model_config
         kv_bytes = 2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * \
             torch.tensor([], dtype=config.torch_dtype).element_size()

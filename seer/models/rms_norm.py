@@ -46,6 +46,11 @@ def _kernel():
     return _fn
 
 
+def kernel_available() -> bool:
+    """True when the compiled bf16 kernel is loaded (builds it on the first call)."""
+    return _kernel() is not None
+
+
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """The PyTorch formula of ``layers.RMSNorm`` (normalise in float32, back to x's dtype, times the weight)."""
     h = x.to(torch.float32)
