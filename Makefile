@@ -5,6 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.seer-installed
+# response lengths of the demo's trace, scaled: 0.1 keeps it near 100 s on an AVX2 CPU; a faster CPU finishes that
+# in ~7 s a policy, too short for Seer to pay off, and shows the gain from 0.2 (`make demo DEMO_SCALE=0.25`)
+DEMO_SCALE ?= 0.1
 
 .PHONY: install demo test test-fast bench-engine vllm-peer clean
 
@@ -20,12 +23,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# veRL's rollout and Seer's on the same groups (the first 16 of a bundled token-id trace, lengths x0.1, KV for
-# each instance's even share of the tokens), two instance processes: a side-by-side table, runs/demo/report.json and
+# veRL's rollout and Seer's on the same groups (the first 16 of a bundled token-id trace, lengths x DEMO_SCALE, KV
+# for each instance's even share of the tokens), two instance processes: a side-by-side table, runs/demo/report.json and
 # report.png (timelines, finish-time CDFs)
 demo: install
 	$(VENV)/bin/seer models prepare smollm2-135m-instruct
-	$(VENV)/bin/seer bench rollout --trace data/math_cot_groups.jsonl --limit 16 --length-scale 0.1 \
+	$(VENV)/bin/seer bench rollout --trace data/math_cot_groups.jsonl --limit 16 --length-scale $(DEMO_SCALE) \
 		--kv-fraction 1.0 --instances 2 --backend local --chunk-tokens 32 --policies verl,seer \
 		--json runs/demo/report.json
 
