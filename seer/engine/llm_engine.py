@@ -27,6 +27,7 @@ from seer.models import attn_kernel, rms_norm
 from seer.models.loader import load_model, load_weights
 from seer.models.packed_linear import prepack_linears
 from seer.sampling_params import SamplingParams
+from seer.utils.malloc import keep_freed_memory
 
 
 @dataclass
@@ -55,6 +56,8 @@ class LLMEngine:
         if not config.model:
             raise ValueError("EngineConfig.model is empty: give the model's directory")
         self.config = config
+        if config.device == "cpu":
+            keep_freed_memory()  # a step's big temporaries reuse pages instead of faulting them in again
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.model, self.model_config = load_model(config.model, dtype=config.torch_dtype, device=config.device)
