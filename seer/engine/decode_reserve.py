@@ -2,16 +2,16 @@
 
 Admitting a request the moment its prompt fits fills the KV cache with requests that all still grow; once it is
 full the newest is preempted and later recomputes its whole context. Where every response runs to
-``max_tokens`` (a fixed-length batch) that recomputation is pure waste: on a 2-core CPU it was ~27% extra work
-and admission that left room for every running request's remaining ``max_tokens`` was 27% faster. Reserving the
-whole remainder is wrong when lengths vary, though: most sampled responses stop long before ``max_tokens`` and a
-full reservation halves the batch (3.5% slower there). So admission reserves a *ratio* of the remainder, learnt
+``max_tokens`` (a fixed-length batch) that recomputation is pure waste. Reserving the whole remainder is wrong
+when lengths vary, though: most sampled responses stop long before ``max_tokens`` and a full reservation halves
+the batch. So admission reserves a *ratio* of the remainder, learnt
 from the requests that finish: each pulls the ratio toward the share of its own budget it used (an ignore_eos
 batch keeps it at 1, sampled responses that stop early lower it), and a preemption, the sign that it is too low,
 halves its distance to 1. It starts at 1: before anything finished, nothing says the responses will be short.
 
 Torch-free, owned by the scheduler; the simulator and trace replay keep it off because there ``max_tokens`` is
-each response's recorded length, which a real scheduler cannot know.
+each response's recorded length, which a real scheduler cannot know. Measurements: benchmarks/README.md,
+"Admission with an adaptive KV reserve".
 """
 
 from __future__ import annotations

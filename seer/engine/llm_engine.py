@@ -56,8 +56,8 @@ class LLMEngine:
         if not config.model:
             raise ValueError("EngineConfig.model is empty: give the model's directory")
         self.config = config
-        if config.device == "cpu" and config.dtype == "bfloat16":  # measured faster in bf16 only (malloc.py)
-            keep_freed_memory()  # a step's big temporaries reuse pages instead of faulting them in again
+        if config.device == "cpu" and config.dtype == "bfloat16":  # bf16 only: see seer/utils/malloc.py
+            keep_freed_memory()  # each step's big temporaries reuse pages instead of faulting them in again
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.model, self.model_config = load_model(config.model, dtype=config.torch_dtype, device=config.device)

@@ -194,7 +194,7 @@ class Scheduler:
 
     def _admit_waiting(self, budget: int, chunks: list[ScheduledChunk], pending_keys: set[BlockKey]) -> int:
         skipped: list[Request] = []
-        held = self.reserve.held_blocks(self.running) if self.reserve is not None else 0.0
+        held = self.reserve.held_blocks(self.running) if self.reserve is not None and self.waiting else 0.0
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             req = self.waiting[0]
             bm = self.block_manager

@@ -2,13 +2,11 @@
 
 Why: a decode step at batch 256 allocates ~100 MB of short-lived tensors (the logits in bf16 and in float32,
 the sampler's passes over them). glibc serves each allocation above its mmap threshold (32 MB at most) with a
-fresh mmap and unmaps it on free, so every step touches those pages anew: ~24,000 page faults a step in bf16 at
-batch 252 on a 2-core AMD EPYC. Serving every allocation from the heap and never trimming it lets the next step
-reuse the pages (vLLM preloads tcmalloc into its CPU workers for the same reason); the cost is that the process
-keeps its peak heap, which was the same peak here. Measured back to back on the engine benchmark's workload
-(benchmarks/README.md): bf16 fixed 1,135.6 -> 1,469.4 tok/s, bf16 sampled 977.1 -> 1,068.5, but fp32 fixed
-650.3 -> 621.3 with 7,298 -> 77 faults a step, for a reason not found; so the engine applies it in bf16 only.
-Process-wide, hence applied once; ``SEER_MALLOC_TUNE=0`` leaves the allocator alone.
+fresh mmap and unmaps it on free, so every step faults those pages in anew. Serving every allocation from the
+heap and never trimming it lets the next step reuse the pages (vLLM preloads tcmalloc into its CPU workers for
+the same reason); the cost is that the process keeps its peak heap. The engine applies it in bf16 only: in fp32
+it measured slower, for a reason not found (benchmarks/README.md, "Keeping freed heap memory"). Process-wide,
+hence applied once; ``SEER_MALLOC_TUNE=0`` leaves the allocator alone.
 """
 
 from __future__ import annotations

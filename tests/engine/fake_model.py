@@ -13,6 +13,16 @@ def next_token(tokens: list[int]) -> int:
     return (sum(tokens[-3:]) * 7 + len(tokens)) % VOCAB
 
 
+def reference(prompt: list[int], max_tokens: int) -> list[int]:
+    """The tokens an uninterrupted run emits after ``prompt``: what every schedule must reproduce."""
+    toks, out = list(prompt), []
+    for _ in range(max_tokens):
+        t = next_token(toks)
+        out.append(t)
+        toks.append(t)
+    return out
+
+
 def fake_execute(out: SchedulerOutput, reqs: dict[str, Request]) -> dict[str, StepResult]:
     results: dict[str, StepResult] = {}
     for c in out.chunks:

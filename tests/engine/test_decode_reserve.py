@@ -7,14 +7,7 @@ from seer.engine.decode_reserve import DecodeReserve, DecodeReserveConfig
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerConfig
 from seer.sampling_params import SamplingParams
-from tests.engine.fake_model import next_token, run
-
-
-def reference(prompt: list[int], n: int) -> list[int]:
-    toks = list(prompt)
-    for _ in range(n):
-        toks.append(next_token(toks))
-    return toks[len(prompt):]
+from tests.engine.fake_model import reference, run
 
 
 def fixed_batch(reserve: DecodeReserveConfig | None, num_blocks: int = 120) -> tuple[Scheduler, dict[str, list[int]]]:

@@ -6,20 +6,11 @@ from seer.engine.block_manager import BlockManager
 from seer.engine.request import Request
 from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig
 from seer.sampling_params import SamplingParams
-from tests.engine.fake_model import VOCAB, next_token, run
+from tests.engine.fake_model import VOCAB, reference, run
 
 
 def make(num_blocks=64, block_size=4, **kw) -> Scheduler:
     return Scheduler(SchedulerConfig(**kw), BlockManager(num_blocks, block_size))
-
-
-def reference(prompt: list[int], max_tokens: int) -> list[int]:
-    toks, out = list(prompt), []
-    for _ in range(max_tokens):
-        t = next_token(toks)
-        out.append(t)
-        toks.append(t)
-    return out
 
 
 def req(rid: str, prompt: list[int], max_tokens: int, group: str | None = None) -> Request:
