@@ -196,10 +196,6 @@ static void softmax_row(float *s, int64_t L) {
     for (p = 0; p < L; ++p) s[p] *= inv;
 }
 
-static inline void prefetch_bytes(const char *r, int64_t nbytes) {
-    for (int64_t off = 0; off < nbytes; off += 64) __builtin_prefetch(r + off, 0, 3);
-}
-
 #ifdef __AVX512F__
 /* Lane k of the result = sum of the 16 lanes of v[k]: 45 shuffles/adds for 16 dot products instead of 16
  * separate horizontal reductions (~130), which dominated the scoring loop. */
@@ -295,10 +291,26 @@ static inline __attribute__((always_inline)) void weighted_sum(float *acc, const
         if (w[o] != 0.f) axpy(acc, w[o], rows + o * stride, D);
 }
 
-/* Block rows as float32: converted into buf (bf16), or the cache memory itself (f32). Prefetches `next`. */
-static inline const float *block_rows(const char *cache, int64_t block, int64_t n, int64_t row_elems,
-                                      const char *next, int64_t next_bytes, int is_bf16, float *buf) {
-    if (next) prefetch_bytes(next, next_bytes);
+#define PF_AHEAD 2 /* blocks */
+/* The generic path reads a sequence's K blocks, then its V blocks: one stream of 2 * nblk blocks. Block i of it
+ * is prefetched while block i - PF_AHEAD is in use, its lines spread over the rows computed meanwhile: the block
+ * table scatters blocks over memory, so the hardware prefetchers, which follow addresses, cannot find the next
+ * one, and fetching a whole block at once overflows the core's outstanding-miss slots (measured 30% slower than
+ * spreading). */
+static inline void prefetch_stream(const Args *a, const int64_t *bt, int64_t L, int64_t i, int64_t part,
+                                   int64_t parts) {
+    const int64_t bs = a->block_size, nblk = (L + bs - 1) / bs;
+    if (i >= 2 * nblk) return;
+    const int64_t row_bytes = a->Hkv * a->D * (a->is_bf16 ? 2 : 4), blk = i < nblk ? i : i - nblk;
+    const int64_t n = L - blk * bs < bs ? L - blk * bs : bs, lines = (n * row_bytes + 63) / 64;
+    const char *base = (const char *)(i < nblk ? a->k_cache : a->v_cache) + bt[blk] * bs * row_bytes;
+    for (int64_t l = lines * part / parts; l < lines * (part + 1) / parts; ++l)
+        __builtin_prefetch(base + 64 * l, 0, 3);
+}
+
+/* Block rows as float32: converted into buf (bf16), or the cache memory itself (f32). */
+static inline const float *block_rows(const char *cache, int64_t block, int64_t n, int64_t row_elems, int is_bf16,
+                                      float *buf) {
     const char *src = cache + block * row_elems * (is_bf16 ? 2 : 4);
     if (!is_bf16) return (const float *)src;
     load_row(buf, src, n * row_elems, 1);
@@ -309,15 +321,15 @@ static inline const float *block_rows(const char *cache, int64_t block, int64_t 
 static inline __attribute__((always_inline)) void sweep(const Args *a, const int64_t *bt, int64_t L, int pass,
                                                         const float *qf, float *scores, float *acc, float *buf,
                                                         int64_t M, const int NC) {
-    const int64_t bs = a->block_size, D = a->D, HD = a->Hkv * D, R = a->Hkv * M;
-    const int64_t row_bytes = HD * (a->is_bf16 ? 2 : 4);
+    const int64_t bs = a->block_size, D = a->D, HD = a->Hkv * D, R = a->Hkv * M, nblk = (L + bs - 1) / bs;
     const char *cache = (const char *)(pass == 0 ? a->k_cache : a->v_cache);
+    if (pass == 0)
+        for (int64_t i = 0; i < PF_AHEAD; ++i) prefetch_stream(a, bt, L, i, 0, 1);
     for (int64_t blk = 0, p0 = 0; p0 < L; ++blk, p0 += bs) {
         const int64_t n = L - p0 < bs ? L - p0 : bs;
-        const int64_t n_next = L - p0 - n < bs ? L - p0 - n : bs;
-        const char *next = n_next > 0 ? cache + bt[blk + 1] * bs * row_bytes : NULL;
-        const float *rows = block_rows(cache, bt[blk] * bs, n, HD, next, n_next * row_bytes, a->is_bf16, buf);
+        const float *rows = block_rows(cache, bt[blk] * bs, n, HD, a->is_bf16, buf);
         for (int64_t r = 0; r < R; ++r) {
+            prefetch_stream(a, bt, L, pass * nblk + blk + PF_AHEAD, r, R);
             const float *head_rows = rows + (r / M) * D;
             if (pass == 0)
                 score_rows(qf + r * D, head_rows, HD, n, D, scores + r * L + p0, NC);
@@ -328,7 +340,7 @@ static inline __attribute__((always_inline)) void sweep(const Args *a, const int
 }
 
 /* One sequence, all heads: cache rows are read whole (all kv heads, contiguous within a block) in block
- * order, each block converted to float once; the next block is prefetched while this one is computed. */
+ * order, each block converted to float once; blocks are prefetched ahead of use (prefetch_stream). */
 static void attend_seq(const Args *a, int64_t b, float *work) {
     const int64_t H = a->H, Hkv = a->Hkv, D = a->D, bs = a->block_size, G = H / Hkv, HD = Hkv * D;
     const int64_t Q = a->q_len[b], L = a->seq_len[b], ctx = L - Q, M = Q * G, t0 = a->q_start[b];
