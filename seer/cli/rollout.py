@@ -26,8 +26,9 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", default=None, help="replay a trace (token-id or length-only format)")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts / trace groups")
     p.add_argument("--sample", type=int, default=None, help="a random sample of N trace groups")
-    p.add_argument("--length-scale", type=float, default=1.0,
-                   help="scale every trace length (prompts and responses) by this factor in (0, 1]")
+    p.add_argument("--length-scale", type=length_scale_arg, default=1.0,
+                   help="scale every trace length (prompts and responses) by this factor in (0, 1]; auto: measure "
+                        "this machine's decode rate and scale the trace to ~12 s of decoding per instance")
     p.add_argument("--max-len", type=int, default=None,
                    help="cap replayed response lengths at this many tokens (default: no cap)")
     p.add_argument("--group-size", type=int, default=8, help="responses per prompt (G)")
@@ -61,6 +62,15 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-after-s", type=float, default=None, help="... this many seconds into the rollout")
 
 
+def length_scale_arg(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1] or 'auto', got {text!r}") from None
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="run a rollout over several engine instances")
     add_rollout_args(p)
@@ -90,9 +100,13 @@ def build_groups(args: argparse.Namespace, model: Path) -> list:
 
     if bool(args.prompts) == bool(args.trace):
         raise ValueError("give exactly one of --prompts FILE or --trace FILE")
+    if args.prompts and args.length_scale != 1.0:
+        raise ValueError("--length-scale applies to --trace replay only")
     if args.group_size < 1:
         raise ValueError(f"--group-size must be >= 1, got {args.group_size}")
     if args.trace:
+        if args.length_scale == "auto":
+            args.length_scale = resolve_auto_length_scale(args, model)
         vocab = ModelConfig.from_dir(model).vocab_size
         opts = ReplayOptions(args.length_scale, args.max_len, limit=args.limit, sample=args.sample, seed=args.seed,
                              temperature=args.temperature)
@@ -100,6 +114,29 @@ def build_groups(args: argparse.Namespace, model: Path) -> list:
     temperature = 1.0 if args.temperature is None else args.temperature
     sp = SamplingParams(temperature=temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
     return groups_from_prompts(args.prompts, Tokenizer.from_dir(model), args.group_size, sp, args.limit)
+
+
+def resolve_auto_length_scale(args: argparse.Namespace, model: Path) -> float:
+    """``--length-scale auto``: the scale at which the trace is ~TARGET_WORK_S of decoding per instance at the
+    rate one instance's engine (as the local backend builds it) decodes here; says what it measured."""
+    import os
+    import sys
+
+    from seer.data.traces import load_trace
+    from seer.rollout.length_scale import TARGET_WORK_S, auto_length_scale, measure_decode_rate
+    from seer.rollout.workload import ReplayOptions
+
+    trace = load_trace(args.trace, limit=args.limit, sample=args.sample, seed=args.seed)
+    lengths = [r.length for g in trace for r in g.responses]
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.instances)
+    engine = rollout_config(args, "verl").instance_engine(str(model), default_threads=threads)
+    rate = measure_decode_rate(engine)
+    scale = auto_length_scale(lambda s: [ReplayOptions(s, args.max_len).scale(n) for n in lengths],
+                              args.instances, rate)
+    print(f"--length-scale auto: one instance decodes {rate:.0f} tok/s here ({engine.dtype}, {threads} "
+          f"thread{'s' if threads > 1 else ''}, batch 32): lengths x{scale:.2f}, ~{TARGET_WORK_S:.0f} s of decoding "
+          f"per instance", file=sys.stderr)
+    return scale
 
 
 def fault_plan(args: argparse.Namespace):
