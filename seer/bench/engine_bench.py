@@ -58,14 +58,17 @@ def _case_figure(raw: dict[str, dict], system: str, case: str, key: str) -> dict
             if case in r.get("cases", {})}
 
 
-def summarize(raw: dict[str, dict[str, dict]], cases: list[str], seer_dtype: str) -> dict[str, Any]:
-    """Per case: every system's tok/s by dtype; Seer at ``seer_dtype`` (the default's choice) against each
-    peer at its best dtype, so a peer is never compared in a dtype that handicaps it."""
+def summarize(raw: dict[str, dict[str, dict]], cases: list[str], seer_dtype: str,
+              default_dtype: str | None = None) -> dict[str, Any]:
+    """Per case: every system's tok/s by dtype; Seer at ``seer_dtype`` (the default's choice, ``default_dtype``,
+    where it was run) against each peer at its best dtype, so a peer is never compared in a dtype that handicaps
+    it."""
     out: dict[str, Any] = {}
     for case in cases:
         row: dict[str, Any] = {f"{system}_tok_s_by_dtype": _case_figure(raw, system, case, "tok_s")
                                for system in SYSTEMS}
         row["seer_dtype"] = seer_dtype
+        row["seer_default_dtype"] = default_dtype or seer_dtype
         row["seer_tok_s"] = row["seer_tok_s_by_dtype"].get(seer_dtype)
         row["peak_rss_mb"] = _case_figure(raw, "seer", case, "peak_rss_mb").get(seer_dtype)
         for peer in ("vllm", "hf"):
@@ -88,7 +91,9 @@ def summary_table(report: dict[str, Any], cases: list[str], dtypes: list[str]) -
         for dtype in dtypes:
             cells = "".join(f"{row[f'{s}_tok_s_by_dtype'].get(dtype) or '-':>12}" for s in SYSTEMS)
             lines.append(f"{case:<9}{dtype:<10}{cells}")
-        lines.append(f"{'':<9}Seer {row['seer_dtype']} (auto) vs best peer dtype: vllm {row['vs_vllm'] or '-'}x "
+        tag = "auto" if row["seer_dtype"] == row["seer_default_dtype"] else \
+            f"auto here is {row['seer_default_dtype']}, not run"
+        lines.append(f"{'':<9}Seer {row['seer_dtype']} ({tag}) vs best peer dtype: vllm {row['vs_vllm'] or '-'}x "
                      f"({row['vllm_best_dtype'] or '-'}), hf {row['vs_hf'] or '-'}x ({row['hf_best_dtype'] or '-'})")
     return "\n".join(lines)
 
@@ -138,7 +143,7 @@ def run_engine_bench(model_dir: Path, peers: list[str], kv_budget_gb: float = 2.
         figures = ", ".join(f"{c} {result['cases'][c].get('tok_s')} tok/s" for c in cases
                            if c in result.get("cases", {}))
         print(f"[{i}/{len(runs)}] {system} {dtype}: {figures}", file=sys.stderr, flush=True)
-    report = summarize(raw, cases, seer_dtype)
+    report = summarize(raw, cases, seer_dtype, default)
     report["table"] = summary_table(report, cases, dtypes)
     report["setup"] = {"model_dir": str(model_dir), "kv_budget_gb": kv_budget_gb, "num_prompts": num_prompts,
                        "n": n, "hf_prompts": hf_prompts, "dtypes": dtypes, "seer_default_dtype": default,

@@ -119,7 +119,6 @@ def build_groups(args: argparse.Namespace, model: Path) -> list:
 def resolve_auto_length_scale(args: argparse.Namespace, model: Path) -> float:
     """``--length-scale auto``: the scale at which the trace is ~TARGET_WORK_S of decoding per instance at the
     rate one instance's engine (as the local backend builds it) decodes here; says what it measured."""
-    import os
     import sys
 
     from seer.data.traces import load_trace
@@ -128,8 +127,9 @@ def resolve_auto_length_scale(args: argparse.Namespace, model: Path) -> float:
 
     trace = load_trace(args.trace, limit=args.limit, sample=args.sample, seed=args.seed)
     lengths = [r.length for g in trace for r in g.responses]
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.instances)
-    engine = rollout_config(args, "verl").instance_engine(str(model), default_threads=threads)
+    cfg = rollout_config(args, "verl")
+    engine = cfg.instance_engine(str(model), default_threads=cfg.process_threads())
+    threads = engine.num_threads or 1
     rate = measure_decode_rate(engine)
     scale = auto_length_scale(lambda s: [ReplayOptions(s, args.max_len).scale(n) for n in lengths],
                               args.instances, rate)

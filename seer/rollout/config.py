@@ -9,6 +9,8 @@ code that never loads a model.
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -58,6 +60,10 @@ class RolloutConfig:
             raise ValueError(f"kv_affinity_spread must be >= 0 or None, got {self.kv_affinity_spread}")
         if self.pool_budget_gb <= 0:
             raise ValueError(f"pool_budget_gb must be > 0, got {self.pool_budget_gb}")
+
+    def process_threads(self) -> int:
+        """Torch threads of one instance process where none are set: the machine's cores split evenly."""
+        return max(1, (os.cpu_count() or 1) // self.instances)
 
     def instance_engine(self, model: str, default_threads: int | None = None) -> EngineConfig:
         """The engine config of one instance of ``model``; ``default_threads`` where none is set (a worker

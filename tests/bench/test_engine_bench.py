@@ -40,6 +40,14 @@ def test_a_missing_peer_leaves_its_ratio_empty() -> None:
     assert "150.0" in table and "vllm -x" in table
 
 
+def test_the_table_says_when_seer_ran_outside_its_default_dtype() -> None:
+    raw = _raw({"seer": {"float32": 400.0}})
+    report = summarize(raw, ["fixed"], seer_dtype="float32", default_dtype="bfloat16")
+    assert "Seer float32 (auto here is bfloat16, not run)" in summary_table(report, ["fixed"], ["float32"])
+    report = summarize(raw, ["fixed"], seer_dtype="float32", default_dtype="float32")
+    assert "Seer float32 (auto) vs" in summary_table(report, ["fixed"], ["float32"])
+
+
 def test_an_unknown_peer_is_rejected_before_anything_runs(tmp_path) -> None:  # noqa: ANN001
     with pytest.raises(ValueError, match="unknown peer 'sglang'"):
         engine_bench.run_engine_bench(tmp_path, ["sglang"])

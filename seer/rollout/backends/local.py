@@ -84,7 +84,7 @@ class ProcessBackend(Backend):
         if config.instances > (os.cpu_count() or 1):
             raise ValueError(f"{config.instances} instances need at least as many cores; this machine has "
                              f"{os.cpu_count()} (use --backend inprocess or ray for more)")
-        self.engine = config.instance_engine(model, default_threads=max(1, (os.cpu_count() or 1) // config.instances))
+        self.engine = config.instance_engine(model, default_threads=config.process_threads())
         self.pool = FileKVPool.create(int(config.pool_budget_gb * 2**30), config.spill_dir)
         self.ctx = mp.get_context("spawn")
         self.proxies: dict[int, WorkerProxy] = {}
