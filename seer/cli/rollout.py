@@ -92,7 +92,8 @@ def rollout_config(args: argparse.Namespace, policy: str, num_kv_blocks: int | N
 
 
 def build_groups(args: argparse.Namespace, model: Path) -> list:
-    """The groups an invocation describes (prompts file or trace)."""
+    """The groups an invocation describes (prompts file or trace); ``--length-scale auto`` is resolved into
+    ``args.length_scale`` here, so the report records the scale used."""
     from seer.models.config import ModelConfig
     from seer.models.tokenizer import Tokenizer
     from seer.rollout.workload import ReplayOptions, groups_from_prompts, groups_from_trace

@@ -10,7 +10,6 @@ code that never loads a model.
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass, field, replace
 from typing import Any
 
