@@ -87,18 +87,22 @@ def plan_budget(classes: list[DraftClass], price: StepPrice, base_value: float, 
     if base_value <= 0:
         return 0
     ranking, cap = _ranking(classes, probe_boost), max_tokens
-    prefix = _Prefix(base_value)
-    best_rate, best_len, best_prefix, cut = base_value / price(0, 0.0, 0), 0, prefix, 0
+    # the running prefix as plain locals (this loop runs batch x gamma_max times a step); the best as a _Prefix
+    value, tokens, context, drafting = base_value, 0, 0.0, 0
+    best_rate, best_len, best_prefix, cut = base_value / price(0, 0.0, 0), 0, _Prefix(base_value), 0
     for n, (i, j) in enumerate(ranking, start=1):
         c = classes[i]
-        k = len(c.members) if cap is None else min(len(c.members), cap - prefix.tokens)
+        size = len(c.members)
+        k = size if cap is None else min(size, cap - tokens)
         if k <= 0:
             break
-        prefix = prefix.grow(c, j, k)
-        rate = prefix.value / price(prefix.tokens, prefix.context, prefix.drafting)
+        value, tokens = value + k * c.gains[j - 1], tokens + k
+        context += k * (c.context / size)
+        drafting += k if j == 1 else 0
+        rate = value / price(tokens, context, drafting)
         if rate > best_rate:
-            best_rate, best_len, best_prefix, cut = rate, n, prefix, len(c.members) - k
-        if k < len(c.members):
+            best_rate, best_len, best_prefix, cut = rate, n, _Prefix(value, tokens, context, drafting), size - k
+        if k < size:
             break  # the cap cut this class: nothing ranked later fits
     for i, j in ranking[:best_len]:
         classes[i].granted = j

@@ -64,6 +64,7 @@ class VerifyCostModel:
         self.tokens_per_seq = [float(n) for n in tokens_per_seq]
         self.times_s = [[float(t) for t in row] for row in times_s]
         self.draft_s_per_request = draft_s_per_request
+        self._floor_s = 0.01 * min(min(r) for r in self.times_s)  # step_time's floor (the table is fixed)
 
     @classmethod
     def from_profile(cls, profile: Mapping) -> "VerifyCostModel":
@@ -87,8 +88,7 @@ class VerifyCostModel:
         """Interpolated ``T(B, n)``; never below 1% of the smallest measured time. ``row``: a cached
         ``row_for_batch(batch)``."""
         row = self.row_for_batch(batch) if row is None else row
-        floor = 0.01 * min(min(r) for r in self.times_s)
-        return max(_interp(self.tokens_per_seq, row, tokens_per_seq), floor)
+        return max(_interp(self.tokens_per_seq, row, tokens_per_seq), self._floor_s)
 
     def draft_time(self, batch: float) -> float:
         return self.draft_s_per_request * batch
