@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.seer-installed
 # response lengths of the demo's trace, scaled: auto measures this CPU's decode rate and scales the trace to ~12 s of
-# decoding per instance and policy (x0.32 on a 2-core CPU with native bf16); or a number in (0, 1]
+# decoding per instance and policy (figures: benchmarks/README.md); or a number in (0, 1]
 DEMO_SCALE ?= auto
 
 .PHONY: install demo test test-fast bench-engine vllm-peer clean
