@@ -56,7 +56,7 @@ class LLMEngine:
         if not config.model:
             raise ValueError("EngineConfig.model is empty: give the model's directory")
         self.config = config
-        if config.device == "cpu" and config.dtype == "bfloat16":  # bf16 only: see seer/utils/malloc.py
+        if config.device == "cpu":
             keep_freed_memory()  # each step's big temporaries reuse pages instead of faulting them in again
         if config.num_threads:
             torch.set_num_threads(config.num_threads)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from seer.utils.fast_exp import fast_exp
+
 
 @dataclass(frozen=True)
 class RowSpec:
@@ -61,7 +63,7 @@ class Sampler:
     @staticmethod
     def probs(logprobs: torch.Tensor, rows: list[RowSpec]) -> torch.Tensor:
         """The distribution each row samples from: softmax, then top-k/top-p filtering, renormalised."""
-        probs = logprobs.exp()
+        probs = fast_exp(logprobs)
         idx = [i for i, r in enumerate(rows) if r.filtered]
         if idx:
             kept, order = Sampler._nucleus(logprobs[idx], [rows[i] for i in idx])
@@ -85,12 +87,12 @@ class Sampler:
         width = min(vocab, max([r.top_k for r in rows] + ([floor] if p_only else [])))
         shift = 0.0 if log_z is None else log_z[:, None]
         top, order = logprobs.topk(width, dim=-1)
-        values = (top - shift).exp()
+        values = fast_exp(top - shift)
         if width < vocab and p_only:
             mass = values[p_only].sum(dim=-1).tolist()
             if any(m < rows[j].top_p for m, j in zip(mass, p_only)):
                 top, order = logprobs.sort(dim=-1, descending=True)
-                values = (top - shift).exp()
+                values = fast_exp(top - shift)
         keep = torch.ones_like(values, dtype=torch.bool)
         for j, r in enumerate(rows):
             if r.top_k > 0:
@@ -115,7 +117,7 @@ class Sampler:
         """
         x = self._scaled(logits, rows)
         x.sub_(x.amax(dim=-1, keepdim=True))
-        e = x.exp()
+        e = fast_exp(x)
         log_z = e.sum(dim=-1).log()
         tokens = torch.zeros(len(rows), dtype=torch.long, device=x.device)
         greedy = [i for i, r in enumerate(rows) if r.greedy and r.forced is None]

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from seer.utils.fast_exp import fast_exp
+
 
 @dataclass(frozen=True)
 class TokenLogprobs:
@@ -79,7 +81,7 @@ def response_logprobs(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
     logp = logp_all.gather(1, targets[:, None]).squeeze(1)
     entropy = None
     if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(dim=-1)
+        entropy = -(fast_exp(logp_all) * logp_all).sum(dim=-1)
     return TokenLogprobs(logp, entropy, tuple(len(r) for r in responses))
 
 

@@ -4,9 +4,9 @@ Why: a decode step at batch 256 allocates ~100 MB of short-lived tensors (the lo
 the sampler's passes over them). glibc serves each allocation above its mmap threshold (32 MB at most) with a
 fresh mmap and unmaps it on free, so every step faults those pages in anew. Serving every allocation from the
 heap and never trimming it lets the next step reuse the pages (vLLM preloads tcmalloc into its CPU workers for
-the same reason); the cost is that the process keeps its peak heap. The engine applies it in bf16 only: in fp32
-it measured slower, for a reason not found (benchmarks/README.md, "Keeping freed heap memory"). Process-wide,
-hence applied once; ``SEER_MALLOC_TUNE=0`` leaves the allocator alone.
+the same reason); the cost is that the process keeps its peak heap. The CPU engine applies it in every dtype
+(benchmarks/README.md, "Keeping freed heap memory"). Process-wide, hence applied once; ``SEER_MALLOC_TUNE=0``
+leaves the allocator alone.
 """
 
 from __future__ import annotations
