@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.seer-installed
-# response lengths of the demo's trace, scaled: auto measures this CPU's decode rate and scales the trace to ~12 s of
+# response lengths of the demo's trace, scaled: auto measures this CPU's decode rate and scales the trace to ~20 s of
 # decoding per instance and policy (figures: benchmarks/README.md); or a number in (0, 1]
 DEMO_SCALE ?= auto
 

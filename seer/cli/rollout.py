@@ -28,7 +28,7 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample", type=int, default=None, help="a random sample of N trace groups")
     p.add_argument("--length-scale", type=length_scale_arg, default=1.0,
                    help="scale every trace length (prompts and responses) by this factor in (0, 1]; auto: measure "
-                        "this machine's decode rate and scale the trace to ~12 s of decoding per instance")
+                        "this machine's decode rate and scale the trace to ~20 s of decoding per instance")
     p.add_argument("--max-len", type=int, default=None,
                    help="cap replayed response lengths at this many tokens (default: no cap)")
     p.add_argument("--group-size", type=int, default=8, help="responses per prompt (G)")
