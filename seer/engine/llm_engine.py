@@ -64,8 +64,7 @@ class LLMEngine:
         prepack_linears(self.model)  # CPU bf16/fp32; re-packs itself after weight updates
         if config.device == "cpu":  # build the C kernels now (cached per CPU), never inside a timed first step
             attn_kernel.kernel_available()
-            if config.torch_dtype == torch.bfloat16:
-                rms_norm.kernel_available()
+            rms_norm.kernel_available()
         mc = self.model_config
         kv_bytes = 2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * \
             torch.tensor([], dtype=config.torch_dtype).element_size()

@@ -1,10 +1,11 @@
-/* Fused RMSNorm for bf16 rows on CPU: out = w * bf16(x * rsqrt(mean(x^2) + eps)).
+/* Fused RMSNorm for bf16 or float32 rows on CPU: out = w * cast(x * rsqrt(mean(x^2) + eps)).
  *
  * Why: the PyTorch formula (seer/models/layers.py RMSNorm: to float, pow, mean, add, rsqrt, mul, to bf16, mul by
  * the weight) is ~8 small ops, each a pass over the activations plus dispatch overhead; a decode step runs 61 of
  * them. This is one pass per row with the same arithmetic: squares summed in float32 (only the summation order
  * differs), the mean, r = 1 / sqrt(mean + eps) (torch's float rsqrt is that division too), x * r rounded to bf16
  * (round to nearest even), then times the bf16 weight in float32, rounded to bf16 again, like torch's bf16 mul.
+ * The float32 version is the same arithmetic without the bf16 roundings: out = w * (x * r).
  * Built and loaded by seer/models/rms_norm.py through attn_kernel.build_library.
  */
 #include <math.h>
@@ -13,7 +14,7 @@
 #include <string.h>
 
 #include "bf16.h"
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -84,5 +85,49 @@ int seer_rms_norm_bf16(const uint16_t *x, const uint16_t *w, uint16_t *out, int6
         for (int64_t i = 0; i < rows; ++i) norm_row(x + i * dim, wf, out + i * dim, dim, eps);
     }
     if (wf != stack_wf) free(wf);
+    return 0;
+}
+
+/* Sum of squares of a float32 row: vector partial sums (gcc keeps a float reduction scalar without -ffast-math). */
+static float sum_squares_f32(const float *x, int64_t dim) {
+    int64_t d = 0;
+    float ss = 0.f;
+#if defined(__AVX512F__)
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (; d + 32 <= dim; d += 32) {
+        const __m512 a = _mm512_loadu_ps(x + d), b = _mm512_loadu_ps(x + d + 16);
+        acc0 = _mm512_fmadd_ps(a, a, acc0);
+        acc1 = _mm512_fmadd_ps(b, b, acc1);
+    }
+    ss = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; d + 16 <= dim; d += 16) {
+        const __m256 a = _mm256_loadu_ps(x + d), b = _mm256_loadu_ps(x + d + 8);
+        acc0 = _mm256_fmadd_ps(a, a, acc0);
+        acc1 = _mm256_fmadd_ps(b, b, acc1);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, _mm256_add_ps(acc0, acc1));
+    for (int k = 0; k < 8; ++k) ss += lanes[k];
+#endif
+    for (; d < dim; ++d) ss += x[d] * x[d];
+    return ss;
+}
+
+static void norm_row_f32(const float *x, const float *w, float *out, int64_t dim, float eps) {
+    const float r = 1.f / sqrtf(sum_squares_f32(x, dim) / (float)dim + eps);
+    for (int64_t d = 0; d < dim; ++d) out[d] = w[d] * (x[d] * r);  /* two roundings, as torch's two muls */
+}
+
+/* x, out: [rows, dim] float32 (contiguous), w: [dim] float32; threads as in seer_rms_norm_bf16. Returns 0. */
+int seer_rms_norm_f32(const float *x, const float *w, float *out, int64_t rows, int64_t dim, float eps,
+                      int num_threads) {
+    if (rows * dim < (1 << 16) || num_threads <= 1) {
+        for (int64_t i = 0; i < rows; ++i) norm_row_f32(x + i * dim, w, out + i * dim, dim, eps);
+    } else {
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+        for (int64_t i = 0; i < rows; ++i) norm_row_f32(x + i * dim, w, out + i * dim, dim, eps);
+    }
     return 0;
 }
