@@ -16,19 +16,23 @@ def _need_kernel():
         pytest.skip("RMSNorm C kernel unavailable")
 
 
+def fused_with_threads(x: torch.Tensor, w: torch.Tensor, threads: int) -> torch.Tensor | None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            return rms_norm_fused(x, w, 1e-5)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape", [(256, 576), (3, 64), (7, 100), (2, 5, 128), (1, 8)])
 def test_equals_torch_formula(shape, threads):
     gen = torch.Generator().manual_seed(0)
     x = (torch.randn(shape, generator=gen) * torch.logspace(-3, 3, shape[-1])).bfloat16()
     w = (1 + 0.3 * torch.randn(shape[-1], generator=gen)).bfloat16()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with torch.inference_mode():
-            got = rms_norm_fused(x, w, 1e-5)
-    finally:
-        torch.set_num_threads(before)
+    got = fused_with_threads(x, w, threads)
     ref = rms_norm_reference(x, w, 1e-5)
     assert got is not None and got.dtype == torch.bfloat16 and got.shape == ref.shape
     # summation order may move x * r across a bf16 rounding boundary: at most one bf16 step, rarely
@@ -54,13 +58,7 @@ def test_float32_equals_torch_formula(shape, threads):
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(shape, generator=gen) * torch.logspace(-3, 3, shape[-1])
     w = 1 + 0.3 * torch.randn(shape[-1], generator=gen)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with torch.inference_mode():
-            got = rms_norm_fused(x, w, 1e-5)
-    finally:
-        torch.set_num_threads(before)
+    got = fused_with_threads(x, w, threads)
     ref = rms_norm_reference(x, w, 1e-5)
     assert got is not None and got.dtype == torch.float32 and got.shape == ref.shape
     assert torch.allclose(got, ref, rtol=2e-6, atol=0)  # only the sum of squares is ordered differently
