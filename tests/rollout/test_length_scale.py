@@ -37,8 +37,8 @@ def test_a_fast_machine_gets_the_whole_trace_and_a_slow_one_the_floor() -> None:
 
 def test_a_length_cap_leaves_room_for_a_larger_scale() -> None:
     lengths = [1000] + [100] * 79
-    uncapped = auto_length_scale(scaler(lengths), instances=2, rate_tok_s=100.0)
-    capped = auto_length_scale(scaler(lengths, max_len=30), instances=2, rate_tok_s=100.0)
+    uncapped = auto_length_scale(scaler(lengths), instances=2, rate_tok_s=100.0, target_s=12.0)
+    capped = auto_length_scale(scaler(lengths, max_len=30), instances=2, rate_tok_s=100.0, target_s=12.0)
     assert capped > uncapped
     assert sum(scaler(lengths, 30)(capped)) / 2 / 100.0 <= 12.0
 
