@@ -22,6 +22,7 @@ from seer.models.packed_linear import prepack_linears
 from seer.models.paged_attention import paged_attention
 from seer.models.registry import build_model
 from seer.utils.machine import auto_dtype
+from seer.utils.malloc import keep_freed_memory
 
 SMOLLM2_135M = {  # HuggingFaceTB/SmolLM2-135M(-Instruct) config.json, the default model of the project
     "architectures": ["LlamaForCausalLM"], "hidden_size": 576, "intermediate_size": 1536,
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     global _clock
     _clock = _CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the engine does: else the LM head's output page-faults anew every step
     model, config = random_model(SMOLLM2_135M, getattr(torch, args.dtype))
     rows = []
     print(f"{'batch':>5} {'step ms':>9} {'attn ms':>9} {'attn %':>7} {'logits ms':>9} {'tok/s':>8}")
