@@ -7,6 +7,7 @@ the scheduler, where it could stall a batch.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field, replace
 
@@ -63,12 +64,20 @@ def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def mix_seed(*parts: object) -> int:
+    """A 63-bit seed from ``parts`` (ints and strings) through a cryptographic hash. Linear mixes collide: with
+    ``seed * a + index * b`` the derivations of groups and of siblings meet (group g's seed equalled sibling g's of
+    group 0 at seed 0), so two responses drew the same random numbers. A hash tagged with what it derives does not."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
 def sibling_seed(seed: int | None, index: int) -> int | None:
     """Seed of sibling ``index`` of a group sampled with ``seed`` (sibling 0 keeps the seed itself), so a
     seeded group still gets G different responses, reproducibly."""
     if seed is None or index == 0:
         return seed
-    return (seed * 1_000_003 + index * 7_919) % (2**63)
+    return mix_seed("sibling", seed, index)
 
 
 def group_seed(base_seed: int | None, step: int, group: int) -> int | None:
@@ -77,4 +86,4 @@ def group_seed(base_seed: int | None, step: int, group: int) -> int | None:
     numbers and samples would be correlated across prompts."""
     if base_seed is None:
         return None
-    return (int(base_seed) * 1_000_003 + int(step) * 10_007 + int(group) * 7_919) % (2**63)
+    return mix_seed("group", int(base_seed), int(step), int(group))

@@ -16,6 +16,8 @@ from seer.rollout.backends import BACKENDS
 from seer.rollout.config import RolloutConfig
 from seer.rollout.orderings import CONTEXT_RANKS, OrderingConfig
 
+DEFAULT_MAX_TOKENS = 256  # a prompts file's budget per response unless --max-tokens says otherwise
+
 
 def add_rollout_args(p: argparse.ArgumentParser) -> None:
     """Flags of one rollout; their defaults are ``RolloutConfig``'s, so the CLI and the API agree."""
@@ -42,7 +44,10 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-affinity-spread", type=int, default=d.kv_affinity_spread,
                    help="resume a request where its KV is only while that instance runs at most this many more "
                         "requests than the least loaded one; -1: always")
-    p.add_argument("--max-tokens", type=int, default=256, help="most tokens a response may generate")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="most tokens a response may generate (default 256; a --trace: the trace's generation "
+                        "limit, a field of it or the next power of two above its longest response, scaled with "
+                        "--length-scale; every group gets the same)")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default 1.0; a length-only --trace defaults to each group's "
                         "recorded temperature/top_p/top_k)")
@@ -109,11 +114,12 @@ def build_groups(args: argparse.Namespace, model: Path) -> list:
         if args.length_scale == "auto":
             args.length_scale = resolve_auto_length_scale(args, model)
         vocab = ModelConfig.from_dir(model).vocab_size
-        opts = ReplayOptions(args.length_scale, args.max_len, limit=args.limit, sample=args.sample, seed=args.seed,
-                             temperature=args.temperature)
+        opts = ReplayOptions(args.length_scale, args.max_len, args.max_tokens, limit=args.limit, sample=args.sample,
+                             seed=args.seed, temperature=args.temperature)
         return groups_from_trace(args.trace, vocab, opts)
     temperature = 1.0 if args.temperature is None else args.temperature
-    sp = SamplingParams(temperature=temperature, top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
+    sp = SamplingParams(temperature=temperature, top_p=args.top_p, max_tokens=args.max_tokens or DEFAULT_MAX_TOKENS,
+                        seed=args.seed)
     return groups_from_prompts(args.prompts, Tokenizer.from_dir(model), args.group_size, sp, args.limit)
 
 

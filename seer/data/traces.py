@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["TraceFormatError", "TraceResponse", "TraceGroup", "load_trace", "parse_group"]
+__all__ = ["TraceFormatError", "TraceResponse", "TraceGroup", "generation_limit", "load_trace", "parse_group",
+           "sample_groups"]
 
 # Keys consumed by the loader; every other key of a record is kept in ``TraceGroup.metadata``.
 _STRUCTURAL_KEYS = frozenset({"group_id", "prompt_token_ids", "prompt_len", "responses", "output_lens"})
@@ -169,8 +170,24 @@ def load_trace(
     for name, value in (("limit", limit), ("sample", sample)):
         if value is not None and value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
-    groups = list(_iter_groups(path, limit))
-    if sample is not None and sample < len(groups):
-        picked = sorted(random.Random(seed).sample(range(len(groups)), sample))
-        groups = [groups[i] for i in picked]
-    return groups
+    return sample_groups(list(_iter_groups(path, limit)), sample, seed)
+
+
+def sample_groups(groups: list[TraceGroup], sample: int | None, seed: int = 0) -> list[TraceGroup]:
+    """``sample`` groups drawn at random (seeded, without replacement, order kept); all of them when None."""
+    if sample is None or sample >= len(groups):
+        return groups
+    picked = sorted(random.Random(seed).sample(range(len(groups)), sample))
+    return [groups[i] for i in picked]
+
+
+def generation_limit(groups: list[TraceGroup]) -> int:
+    """The ``max_tokens`` the trace was generated with: its records' ``max_tokens`` field where they carry one
+    (the largest), else the next power of two at or above the longest recorded response, the usual form of a
+    generation limit. Computed over a whole trace, not a sample of it, so every sample and every policy of a run
+    gets the one limit an RL run would set, and no response's recorded length leaks into it."""
+    declared = [g.metadata["max_tokens"] for g in groups if isinstance(g.metadata.get("max_tokens"), int)]
+    if declared:
+        return max(declared)
+    longest = max((r.length for g in groups for r in g.responses), default=1)
+    return 1 << max(0, longest - 1).bit_length()

@@ -6,7 +6,7 @@ can be built, validated and shipped to workers by code that never loads torch (t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from seer.utils.machine import auto_dtype
@@ -56,6 +56,13 @@ class EngineConfig:
             raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+
+    def for_instance(self, instance_id: int) -> EngineConfig:
+        """The config of instance ``instance_id`` of a rollout: the same settings with a seed of its own, so the
+        samplers of several instances never draw one stream (unseeded rows would be alike across instances)."""
+        from seer.sampling_params import mix_seed
+
+        return replace(self, seed=mix_seed("instance", self.seed, instance_id))
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -25,7 +25,9 @@ class Request:
     """One sequence being generated.
 
     ``forced_token_ids`` turns on forced-token replay: the model still runs every forward pass, but the
-    emitted tokens are the recorded ones, and the request stops where the recording ends.
+    emitted tokens are the recorded ones, and the request stops where the recording ends. ``stop_after`` (length-only
+    replay) stops it once it has that many tokens. Both act like an EOS, found when the token is emitted: nothing
+    that plans ahead (draft lengths, admission) may read them, or replay would know what production cannot.
     ``spec_token_ids`` are draft tokens proposed for the next step (verified, then cleared).
     """
 
@@ -54,6 +56,7 @@ class Request:
     reserve_tokens: int = 0       # KV slots to reserve at admission (a whole chunk: no preemption later)
     probe: bool = False           # the group's probe request (served first, drafts get priority)
     remaining_hint: float | None = None  # the rollout's estimate of tokens still to generate (draft priority)
+    stop_after: int | None = None  # length-only replay: the recorded length, an EOS at that position
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -73,9 +76,7 @@ class Request:
 
     @property
     def max_output_tokens(self) -> int:
-        """Tokens this request may still emit in total (forced replay stops at the recording's end)."""
-        if self.forced_token_ids is not None:
-            return min(self.params.max_tokens, len(self.forced_token_ids))
+        """Tokens this request may emit in total: its budget, never a replayed recording's length."""
         return self.params.max_tokens
 
     @property
@@ -109,6 +110,8 @@ class Request:
                 return "stop"
         elif self.num_output_tokens >= len(self.forced_token_ids):
             return "stop" if self.num_output_tokens < self.params.max_tokens else "length"
+        if self.stop_after is not None and self.stop_after <= self.num_output_tokens < self.params.max_tokens:
+            return "stop"
         if self.num_output_tokens >= self.params.max_tokens or self.num_tokens >= max_model_len:
             return "length"
         return None

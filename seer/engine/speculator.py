@@ -49,6 +49,9 @@ class Speculator:
             raise ValueError("adaptive speculation needs a SpecPolicy (a profiled verify cost model)")
         self._fed: dict[str, int] = {}
         self._drafted: dict[str, tuple[int, bool]] = {}  # request -> (draft size, is a tree)
+        # virtual time: committed tokens wait here until the step that made them has ended (``publish``)
+        self.hold = False
+        self._held: list[tuple[str, str, list[int]]] = []
         self.draft_s = 0.0
         self.steps = 0
 
@@ -151,10 +154,20 @@ class Speculator:
     def _feed(self, req: Request) -> None:
         fed = self._fed.get(req.request_id, 0)
         if len(req.output_token_ids) > fed:
-            self.server.feed([(self.group_of(req), req.request_id, req.output_token_ids[fed:])])
+            item = (self.group_of(req), req.request_id, req.output_token_ids[fed:])
+            if self.hold:
+                self._held.append(item)
+            else:
+                self.server.feed([item])
             self._fed[req.request_id] = len(req.output_token_ids)
         if req.is_finished:
             self._fed.pop(req.request_id, None)
+
+    def publish(self) -> None:
+        """Feed the held tokens to the draft server (the step that committed them has ended)."""
+        if self._held:
+            held, self._held = self._held, []
+            self.server.feed(held)
 
     def forget(self, request_id: str) -> None:
         """A request left this instance (moved elsewhere): its stream stays, our bookkeeping goes."""

@@ -52,6 +52,7 @@ from seer.rollout.types import (
     RolloutStalled,
     chunk_blocks_needed,
 )
+from seer.sampling_params import mix_seed
 
 
 class RolloutDriver:
@@ -60,7 +61,10 @@ class RolloutDriver:
                  draft_headroom: int = 0, on_progress: Callable[["RolloutDriver"], None] | None = None,
                  fault: FaultPlan | None = None, draft_server=None,
                  listener: RolloutListener | None = None, affinity_spread: int | None = None,
-                 critical_speedup: Callable[[float], float] | None = None) -> None:
+                 critical_speedup: Callable[[float], float] | None = None, seed: int | None = None) -> None:
+        """``seed``: responses sampled without a seed get one derived from it, their group and their index, so a
+        response draws the same random numbers on whichever instance its chunks run and no two responses (on
+        one instance or several) share a stream."""
         if not instances:
             raise ValueError("a rollout needs at least one instance")
         if not groups:
@@ -84,9 +88,12 @@ class RolloutDriver:
                                           prompt_token_ids=g.prompt_token_ids, true_lengths=g.true_lengths)
             for req in group.requests:
                 forced = None if g.forced is None else g.forced[req.index]
+                params = g.response_params(req.index)
+                if params.seed is None and seed is not None:
+                    params = dataclasses.replace(params, seed=mix_seed("request", seed, group.group_id, req.index))
                 self.specs[req.request_id] = RequestSpec(req.request_id, group.group_id, req.index,
-                                                         g.prompt_token_ids, g.response_params(req.index), forced,
-                                                         g.key)
+                                                         g.prompt_token_ids, params, forced, g.key,
+                                                         g.stop_after(req.index))
                 self.results[req.request_id] = ResponseResult(req.request_id, group.group_id, req.index)
         self.on_progress = on_progress
         self.fault = fault

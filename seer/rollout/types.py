@@ -207,11 +207,14 @@ class GroupInput:
 
     def response_params(self, index: int) -> SamplingParams:
         """The params one response runs with: its own seed derived from the group's, and in length-only replay
-        EOS ignored and a stop at the recorded length."""
+        EOS ignored (the recorded length ends it instead: ``stop_after``). ``max_tokens`` stays the group's: a
+        per-response budget would tell the engine, its drafts and its admission each response's true length."""
         params = replace(self.params, seed=sibling_seed(self.params.seed, index))
-        if self.stop_lengths is None:
-            return params
-        return replace(params, max_tokens=self.stop_lengths[index], ignore_eos=True)
+        return params if self.stop_lengths is None else replace(params, ignore_eos=True)
+
+    def stop_after(self, index: int) -> int | None:
+        """Length-only replay: response ``index`` ends, as at an EOS, once it has this many tokens."""
+        return None if self.stop_lengths is None else self.stop_lengths[index]
 
 
 @dataclass

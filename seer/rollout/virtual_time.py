@@ -5,8 +5,10 @@ so every instance's timeline is what it would be on an accelerator of its own: a
 it is free and has work, and the step's events take effect at its end. Steps are processed in order of their
 end times, so the driver sees events in the order a real cluster would produce them. With a real engine a
 duration is the step's measured time (compute, drafting and KV moved); with a cost model it is the model's
-price, which makes every decision reproducible (the simulator and the engine then agree exactly). A fault plan
-kills its instance when the clock reaches its time. Torch-free.
+price, which makes every decision reproducible (the simulator and the engine then agree exactly). A step is
+computed when it starts, so the tokens it commits reach the shared draft index only when its end is processed
+(``hold_drafts``): drafts use only tokens that exist at their step's virtual start. A fault plan kills its
+instance when the clock reaches its time. Torch-free.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
 
 def run_virtual_time(driver: RolloutDriver) -> RolloutResult:
     """Run ``driver``'s rollout to completion on virtual time and return its result."""
+    for inst in driver.instances.values():
+        inst.hold_drafts()
     driver.begin()
     in_flight: list[tuple[float, int, int, StepReport, float]] = []
     busy_ids: set[int] = set()
@@ -57,6 +61,7 @@ def run_virtual_time(driver: RolloutDriver) -> RolloutResult:
         end, _, iid, rep, start = heapq.heappop(in_flight)
         driver.now = end
         busy_ids.discard(iid)
+        driver.instances[iid].publish_drafts()
         if iid not in driver.alive:  # found dead while its step was in flight: its chunks were returned
             continue
         driver.on_step(iid, start, rep)

@@ -79,10 +79,12 @@ def resolve_quantum(workload: Workload, config: SimConfig) -> int:
     return config.quantum or default_quantum(workload)
 
 
-def _speculator(workload: Workload, config: SimConfig, quantum: int, cost: CostModel,
-                models: dict[str, AcceptanceModel]) -> Any:
-    """The engine's speculator over a draft server (token-id traces at quantum 1: real suffix trees, exact
-    acceptance), else a fitted acceptance model (``workload.acceptance``: the paper's for presets)."""
+def _speculators(workload: Workload, config: SimConfig, quantum: int, cost: CostModel,
+                 models: dict[str, AcceptanceModel], instances: int) -> list[Any]:
+    """One speculator per instance: the engine's, over one shared draft server (token-id traces at quantum 1:
+    real suffix trees, exact acceptance; each instance holds its steps' tokens until the step ends, as engine
+    instances do), else one fitted acceptance model shared by all (``workload.acceptance``: the paper's for
+    presets)."""
     mode = config.acceptance
     if mode == "auto":
         mode = "replay" if quantum == 1 and workload.has_token_ids else workload.acceptance
@@ -99,10 +101,11 @@ def _speculator(workload: Workload, config: SimConfig, quantum: int, cost: CostM
 
         gamma = config.spec.gamma_max
         server = DraftServer(DraftServerConfig(drafter=DrafterConfig(gamma_max=gamma), keep_history=False))
-        return Speculator.build(SpecConfig(gamma_max=gamma), VerifyCostModel([1], [1], [[1.0]]), server)
+        return [Speculator.build(SpecConfig(gamma_max=gamma), VerifyCostModel([1], [1], [[1.0]]), server)
+                for _ in range(instances)]
     if mode not in models:
         raise ValueError(f"unknown acceptance model {mode!r}; known: replay, {', '.join(models)}")
-    return ModelSpeculator(config.spec, models[mode].scaled(config.accept_scale), cost, quantum)
+    return [ModelSpeculator(config.spec, models[mode].scaled(config.accept_scale), cost, quantum)] * instances
 
 
 def _instance_spec_stats(instances: Sequence[SimInstance]) -> dict:
@@ -126,16 +129,17 @@ def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster
     groups = workload.to_groups(q)
     max_model_len = max(len(g.prompt_token_ids) for g in groups) + groups[0].params.max_tokens + 1
     pool = SimKVPool()
-    spec = None
+    specs: list[Any] = [None] * cluster.num_instances
     if policy.speculative:
         from seer.sim.fitted import acceptance_models as fitted_models
-        spec = _speculator(workload, config, q, cost, acceptance_models or fitted_models())
+        specs = _speculators(workload, config, q, cost, acceptance_models or fitted_models(), cluster.num_instances)
     instances = [SimInstance.build(i, cost, max_model_len=max_model_len, quantum=q, block_size=config.block_size,
                                    max_num_seqs=config.max_num_seqs,
                                    max_num_batched_tokens=config.max_num_batched_tokens,
                                    enable_prefix_caching=config.enable_prefix_caching, pool=pool, speculator=spec,
                                    record=config.record, check=config.check)
-                 for i in range(cluster.num_instances)]
+                 for i, spec in enumerate(specs)]
+    spec = specs[0]
     chunk = max(1, -(-config.chunk_tokens // q))
     bar = _progress_bar(policy.name, workload.num_requests) if progress else None
     driver = RolloutDriver(policy, list(instances), groups, chunk_tokens=chunk,

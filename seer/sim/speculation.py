@@ -45,10 +45,10 @@ class SimSpecConfig:
 
 
 def draft_limit(req: Request, gamma_max: int) -> int:
-    """Drafts that stay inside the current chunk and the recorded response (no headroom beyond the chunk)."""
+    """Drafts that stay inside the current chunk and the budget (no headroom beyond the chunk); never bounded by
+    the recorded response's end, which a real engine cannot see coming."""
     pos = req.num_output_tokens
-    end = len(req.forced_token_ids) if req.forced_token_ids is not None else req.params.max_tokens
-    end = min(end, req.params.max_tokens)
+    end = req.params.max_tokens
     if req.chunk_end is not None:
         end = min(end, req.chunk_end)
     return max(0, min(gamma_max, end - pos - 1))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seer.data.traces import load_trace
+from seer.data.traces import generation_limit, load_trace, sample_groups
 from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
 from seer.sim.hardware import InstanceSpec, get_accelerator, get_model
@@ -186,12 +186,13 @@ def preset_workload(name: str, sigma: float = 1.0, icc: float = 0.74, seed: int 
 
 def trace_workload(path: str | Path, cluster: Cluster, limit: int | None = None, sample: int | None = None,
                    seed: int = 0, max_tokens: int | None = None) -> Workload:
-    """Groups of a trace file (token-id or length-only format); ``max_tokens`` defaults to the longest response."""
-    groups = load_trace(path, limit=limit, sample=sample, seed=seed)
+    """Groups of a trace file (token-id or length-only format); ``max_tokens`` defaults to the trace's generation
+    limit (``generation_limit``, over the whole file: never a sample's own longest response)."""
+    everything = load_trace(path, limit=limit)
+    groups = sample_groups(everything, sample, seed)
     if not groups:
         raise ValueError(f"trace {path} has no groups")
-    longest = max(r.length for g in groups for r in g.responses)
-    cap = max_tokens if max_tokens is not None else max(longest, 1)
+    cap = max_tokens if max_tokens is not None else generation_limit(everything)
     if cap < 1:
         raise ValueError(f"max_tokens must be >= 1, got {cap}")
     out = []

@@ -20,3 +20,39 @@ def test_weights_follow_remaining_hints() -> None:
     w = critical_weights([None, 100.0, 300.0])
     assert w == pytest.approx([1.0, 0.5, 1.5])
     assert critical_weights([0.0, 3.0]) == pytest.approx([0.5, 1.5])  # floor of one token
+
+
+def test_held_tokens_reach_the_draft_server_only_when_published() -> None:
+    """Virtual time computes a step when it starts: its tokens must wait for its end, or an instance starting
+    meanwhile would draft from tokens that do not exist yet at its start."""
+    from seer.engine.scheduler import ScheduledChunk, SchedulerOutput, StepResult
+    from seer.engine.speculator import SpecConfig, Speculator
+    from seer.spec.draft_server import DraftRequest, DraftServer
+
+    server = DraftServer()
+    spec = Speculator(server, None, SpecConfig(adaptive=False))
+    sibling = DraftRequest("g", "2", [9, 7, 8], 3)
+    spec.hold = True
+    req = Request("1", [1, 2, 3], SamplingParams(max_tokens=64), group_id="g")
+    spec.track(req)
+    req.output_token_ids = [7, 8, 9, 7, 8]
+    spec.after_update(SchedulerOutput([ScheduledChunk("1", 3, 5, 0, True)]), {"1": StepResult([7, 8, 9, 7, 8])},
+                      {"1": req})
+    assert len(server.propose_one(sibling)) == 0
+    spec.publish()
+    assert list(server.propose_one(sibling).token_ids) == [9, 7, 8]
+
+
+def test_draft_length_is_bounded_by_the_budget_not_by_a_recording() -> None:
+    """A replayed response's recorded end is an EOS found when emitted: drafts near it are as long as anywhere."""
+    from seer.engine.speculator import SpecConfig, Speculator
+    from seer.spec.draft_server import DraftServer
+
+    spec = Speculator(DraftServer(), None, SpecConfig(gamma_max=8, adaptive=False))
+    req = Request("1", [1, 2, 3], SamplingParams(max_tokens=64), forced_token_ids=[5] * 12)
+    req.output_token_ids = [5] * 10
+    assert spec._max_gamma(req) == 8
+    req.stop_after, req.forced_token_ids = 11, None
+    assert spec._max_gamma(req) == 8 and req.max_output_tokens == 64
+    req.append_output(5, 0.0)
+    assert req.check_stop(4096) == "stop"

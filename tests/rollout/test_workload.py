@@ -67,16 +67,39 @@ def test_token_trace_folds_ids_into_vocab():
 
 
 def test_trace_groups_share_one_max_tokens(tmp_path):
-    """A per-group cap would leak each group's true longest length to the context scheduler."""
+    """The run's one budget is the trace's generation limit (next power of two above its longest response), never
+    a group's or a sample's own longest response: that would hand the scheduler the lengths."""
     f = tmp_path / "t.jsonl"
     with open(f, "w") as out:
         out.write(json.dumps({"group_id": "a", "prompt_len": 8, "output_lens": [10, 30]}) + "\n")
         out.write(json.dumps({"group_id": "b", "prompt_len": 8, "output_lens": [200, 90]}) + "\n")
     a, b = groups_from_trace(f, 128, ReplayOptions())
-    assert a.params.max_tokens == b.params.max_tokens == 200
-    assert a.stop_lengths == (10, 30)
+    assert a.params.max_tokens == b.params.max_tokens == 256
+    assert a.stop_lengths == (10, 30) and a.response_params(1).max_tokens == 256
+    [only_a] = groups_from_trace(f, 128, ReplayOptions(sample=1, seed=1))  # a sample keeps the whole trace's limit
+    assert only_a.key == "a" and only_a.params.max_tokens == 256
+    a, b = groups_from_trace(f, 128, ReplayOptions(length_scale=0.5))
+    assert a.params.max_tokens == 128 and b.stop_lengths == (100, 45)
     a, b = groups_from_trace(f, 128, ReplayOptions(max_len=150))
     assert a.params.max_tokens == b.params.max_tokens == 150 and b.stop_lengths == (150, 90)
+    a, b = groups_from_trace(f, 128, ReplayOptions(max_tokens=64))  # responses recorded longer are cut
+    assert a.params.max_tokens == 64 and b.stop_lengths == (64, 64) and b.true_lengths == (64, 64)
+
+
+def test_trace_declares_its_generation_limit(tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_text(json.dumps({"group_id": "a", "prompt_len": 8, "output_lens": [10, 30], "max_tokens": 40}) + "\n")
+    [a] = groups_from_trace(f, 128, ReplayOptions())
+    assert a.params.max_tokens == 40
+
+
+def test_trace_groups_are_seeded_by_the_run_seed():
+    """Length-only replay samples its tokens: every policy of a run must sample the same ones."""
+    first = groups_from_trace("data/castillo_sample.jsonl.gz", 1000, ReplayOptions(limit=3, seed=4))
+    again = groups_from_trace("data/castillo_sample.jsonl.gz", 1000, ReplayOptions(limit=3, seed=4))
+    seeds = [g.response_params(i).seed for g in first for i in range(g.size)]
+    assert None not in seeds and len(set(seeds)) == len(seeds)
+    assert seeds == [g.response_params(i).seed for g in again for i in range(g.size)]
 
 
 def test_length_only_groups_sample_with_their_recorded_settings(tmp_path):

@@ -28,6 +28,7 @@ from seer.rollout.instances.base import Instance
 from seer.rollout.instances.faulty import FaultyInstance
 from seer.rollout.policies import RolloutPolicy
 from seer.rollout.types import FaultPlan, GroupInput, RolloutListener, RolloutResult
+from seer.sampling_params import mix_seed
 from seer.spec.metrics import SpecCounters
 from seer.spec.policy import VerifyCostModel
 
@@ -38,6 +39,7 @@ class Backend(abc.ABC):
     def __init__(self, model: str, config: Any) -> None:
         self.model = model
         self.config = config
+        self.rollouts = 0  # rollouts run: unseeded responses of each draw from a stream of their own
         self._cost: VerifyCostModel | None = None
 
     # ------------------------------------------------------------------ weights and the step profile
@@ -77,7 +79,9 @@ class Backend(abc.ABC):
                   unit="resp") as bar:
             driver = RolloutDriver(policy, instances, groups, chunk_tokens, **self.config.driver_kwargs(policy, cost),
                                    on_progress=_progress(bar), fault=fault if self.virtual_time else None,
-                                   draft_server=drafts, listener=listener)
+                                   draft_server=drafts, listener=listener,
+                                   seed=mix_seed("rollout", self.config.engine.seed, self.rollouts))
+            self.rollouts += 1
             self._drive(driver, policy, None if self.virtual_time else fault)
             bar.update(driver.buffer.num_finished - bar.n)
         for inst in instances:  # a proxy of a dead instance ignores the call: its KV is gone anyway

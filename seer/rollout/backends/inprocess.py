@@ -26,8 +26,7 @@ class InProcessBackend(Backend):
     def __init__(self, model: str, config, pool: KVPool) -> None:
         super().__init__(model, config)
         self.pool = pool
-        self.engines = [LLMEngine(config.instance_engine(model))
-                        for _ in range(config.instances)]
+        self.engines = [LLMEngine(config.instance_engine(model).for_instance(i)) for i in range(config.instances)]
 
     def weight_versions(self) -> list[int]:
         return [e.weight_version for e in self.engines]

@@ -34,6 +34,7 @@ class RequestSpec:
     params: SamplingParams          # max_tokens is the whole response's budget
     forced_token_ids: tuple[int, ...] | None = None  # trace replay: emit these
     group_key: str = ""             # stable prompt key (drafting from earlier iterations of the same prompt)
+    stop_after: int | None = None   # length-only replay: stop, as at an EOS, once this many tokens exist
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,14 @@ class Instance(abc.ABC):
     @abc.abstractmethod
     def release(self, request_id: int) -> None:
         """Free a resident request's KV without saving it."""
+
+    def hold_drafts(self) -> None:
+        """Virtual time: keep the tokens this instance's steps commit out of the shared draft index until
+        ``publish_drafts``, i.e. until the step's end. A step is computed when it starts, so without this an
+        instance starting later in virtual time would draft from tokens another produces after its start."""
+
+    def publish_drafts(self) -> None:
+        """The step begun last has ended: its committed tokens may now feed other requests' drafts."""
 
     def stats(self) -> dict:
         return {}

@@ -111,7 +111,8 @@ class ScheduledInstance(Instance):
         spec = chunk.spec
         req = Request(str(spec.request_id), list(spec.prompt_token_ids), spec.params, self.eos_token_ids,
                       group_id=str(spec.group_id),
-                      forced_token_ids=None if spec.forced_token_ids is None else list(spec.forced_token_ids))
+                      forced_token_ids=None if spec.forced_token_ids is None else list(spec.forced_token_ids),
+                      stop_after=spec.stop_after)
         req.output_token_ids = list(chunk.output_token_ids)
         req.output_logprobs = [0.0] * len(chunk.output_token_ids)
         req.probe = spec.index == 0
@@ -157,6 +158,14 @@ class ScheduledInstance(Instance):
         any prompt prefix still cached here) under ``reason``."""
         req.max_computed_tokens = max(req.max_computed_tokens, tokens)
         req.reprefill_reason = reason
+
+    def hold_drafts(self) -> None:
+        if isinstance(self.speculator, Speculator):
+            self.speculator.hold = True
+
+    def publish_drafts(self) -> None:
+        if isinstance(self.speculator, Speculator):
+            self.speculator.publish()
 
     def has_work(self) -> bool:
         return self.scheduler.has_unfinished or self._pending_kv_s > 0

@@ -44,7 +44,7 @@ def _build(spec: WorkerSpec):
     from seer.rollout.instances.engine import EngineInstance
     from seer.spec.policy import VerifyCostModel
 
-    engine = LLMEngine(spec.engine)
+    engine = LLMEngine(spec.engine.for_instance(spec.instance_id))
     pool = FileKVPool(*spec.pool_dirs)
     speculator = None
     if spec.spec is not None:
