@@ -31,6 +31,7 @@ class StepOutcome:
     draft_wall_s: float                # drafting before scheduling and after the update
     compute_wall_s: float              # scheduling, running and updating
     price_s: float | None              # the executor's price (None: the wall time is the cost)
+    freed_blocks: int = 0              # KV blocks the update released (finished, paused and trimmed requests)
 
 
 def run_step(scheduler: Scheduler, execute: Executor, speculator: Speculator | None = None) -> StepOutcome:
@@ -42,9 +43,12 @@ def run_step(scheduler: Scheduler, execute: Executor, speculator: Speculator | N
     scheduled = {c.request_id: scheduler.requests[c.request_id] for c in out.chunks}
     before = {rid: r.num_output_tokens for rid, r in scheduled.items()}
     results, price = execute(out) if not out.is_empty else ({}, None)
+    free = scheduler.block_manager.num_free_blocks
     finished = scheduler.update_from_output(out, results)
+    freed = scheduler.block_manager.num_free_blocks - free
     t_updated = time.perf_counter()
     if speculator is not None:
         speculator.after_update(out, results, scheduled)
     draft_wall = (t_sched - t_start) + (time.perf_counter() - t_updated)
-    return StepOutcome(out, finished, scheduled, before, drafted, draft_wall, t_updated - t_sched, price)
+    return StepOutcome(out, finished, scheduled, before, drafted, draft_wall, t_updated - t_sched, price,
+                       max(0, freed))

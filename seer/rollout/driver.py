@@ -74,6 +74,8 @@ class RolloutDriver:
         if policy.needs_true_lengths and any(g.true_lengths is None for g in groups):
             raise ValueError(f"policy {policy.name!r} needs the true response lengths of a replayed trace")
         self.policy = policy
+        if policy.rank is not None:
+            ordering_config = dataclasses.replace(ordering_config or OrderingConfig(), rank=policy.rank)
         self.instances = {inst.instance_id: inst for inst in instances}
         self.alive = set(self.instances)
         self.buffer = RequestBuffer(policy.ordering, chunk_tokens=chunk_tokens if policy.divided else None,

@@ -10,7 +10,15 @@ three switches:
   orderings/). `group-oracle` and `oracle` are references that read the replayed true lengths.
 - `speculative`: grouped speculative decoding from sibling suffix trees (technique 3).
 - `critical`: critical-path placement (critical_path.py): the responses the ordering expects to end last each
-  run on an instance of their own. Any divided policy takes it as a suffix: `seer+critical`, `oracle+critical`.
+  run on an instance of their own. Any divided policy takes it as a suffix: `context+critical`, `oracle+critical`.
+- `rank`: the context ordering's rank of non-probes when the policy fixes it (orderings/context.py); None leaves
+  it to the rollout's `OrderingConfig`.
+
+`seer` is the default stack: the context ordering with the `attained` rank (every response is tested early, so a
+runaway hidden among short siblings shows itself while there is time), critical-path placement (the responses
+expected to end last run alone, with the whole draft budget) and grouped speculation. Chosen over the other
+combinations on several seeded samples of two traces (benchmarks/README.md). `seer-paper` is the paper's stack
+as published, for comparison: the group-estimate order, no placement.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from seer.rollout.orderings import ORDERINGS
+from seer.rollout.orderings import CONTEXT_RANKS, ORDERINGS
 
 
 @dataclass(frozen=True)
@@ -28,12 +36,16 @@ class RolloutPolicy:
     ordering: str
     speculative: bool
     critical: bool = False
+    rank: str | None = None
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERINGS:
             raise ValueError(f"policy {self.name!r}: unknown ordering {self.ordering!r}")
         if self.critical and not self.divided:
             raise ValueError(f"policy {self.name!r}: critical-path placement needs divided rollout")
+        if self.rank is not None and (self.ordering != "context" or self.rank not in CONTEXT_RANKS):
+            raise ValueError(f"policy {self.name!r}: rank {self.rank!r} needs the context ordering and one of "
+                             f"{', '.join(CONTEXT_RANKS)}")
 
     @property
     def preempts(self) -> bool:
@@ -51,7 +63,8 @@ POLICIES: dict[str, RolloutPolicy] = {
         RolloutPolicy("verl", divided=False, ordering="fifo", speculative=False),
         RolloutPolicy("divided", divided=True, ordering="fifo", speculative=False),
         RolloutPolicy("context", divided=True, ordering="context", speculative=False),
-        RolloutPolicy("seer", divided=True, ordering="context", speculative=True),
+        RolloutPolicy("seer", divided=True, ordering="context", speculative=True, critical=True, rank="attained"),
+        RolloutPolicy("seer-paper", divided=True, ordering="context", speculative=True, rank="group"),
         RolloutPolicy("oracle", divided=True, ordering="oracle", speculative=False),
         RolloutPolicy("group-oracle", divided=True, ordering="group-oracle", speculative=False),
     )
@@ -80,6 +93,8 @@ def get_policy(name: str) -> RolloutPolicy:
     if not POLICIES[base].divided:
         raise UnknownPolicyError(f"policy {name!r}: {base!r} does not divide rollouts, so it has no placement to "
                                  f"make critical-path aware")
+    if POLICIES[base].critical:
+        raise UnknownPolicyError(f"policy {name!r}: {base!r} already places the critical path")
     return replace(POLICIES[base], name=name, critical=True)
 
 

@@ -6,9 +6,9 @@ it is free and has work, and the step's events take effect at its end. Steps are
 end times, so the driver sees events in the order a real cluster would produce them. With a real engine a
 duration is the step's measured time (compute, drafting and KV moved); with a cost model it is the model's
 price, which makes every decision reproducible (the simulator and the engine then agree exactly). A step is
-computed when it starts, so the tokens it commits reach the shared draft index only when its end is processed
-(``hold_drafts``): drafts use only tokens that exist at their step's virtual start. A fault plan kills its
-instance when the clock reaches its time. Torch-free.
+computed when it starts, so what it produces (tokens for sibling drafts, KV it frees, requests it ends) becomes
+visible only when its end is processed (``defer_outcomes``): no decision reads an instance's future. A fault
+plan kills its instance when the clock reaches its time. Torch-free.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def run_virtual_time(driver: RolloutDriver) -> RolloutResult:
     """Run ``driver``'s rollout to completion on virtual time and return its result."""
     for inst in driver.instances.values():
-        inst.hold_drafts()
+        inst.defer_outcomes()
     driver.begin()
     in_flight: list[tuple[float, int, int, StepReport, float]] = []
     busy_ids: set[int] = set()
@@ -61,7 +61,7 @@ def run_virtual_time(driver: RolloutDriver) -> RolloutResult:
         end, _, iid, rep, start = heapq.heappop(in_flight)
         driver.now = end
         busy_ids.discard(iid)
-        driver.instances[iid].publish_drafts()
+        driver.instances[iid].step_ended()
         if iid not in driver.alive:  # found dead while its step was in flight: its chunks were returned
             continue
         driver.on_step(iid, start, rep)

@@ -9,10 +9,10 @@ speculates), and the ablation ladder of the paper's Table 4 (divided, + context,
 better estimate from siblings could still close.
 
 ``--sensitivity F1,F2,...`` asks how the prediction depends on the one Seer input the paper gives for all its
-workloads at once, the acceptance of sibling drafts (Table 2): it reruns ``seer`` with the acceptance model's
-tokens gained per verification scaled by each factor (``AcceptanceModel.scaled``), against one veRL run, and
-reports the factor at which the predicted speedup would equal the paper's. An explanation, not a fit: the
-reproduction above keeps factor 1.
+workloads at once, the acceptance of sibling drafts (Table 2): it reruns ``seer-paper`` (the paper's stack) with
+the acceptance model's tokens gained per verification scaled by each factor (``AcceptanceModel.scaled``), against
+one veRL run, and reports the factor at which the predicted speedup would equal the paper's. An explanation, not a
+fit: the reproduction above keeps factor 1.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from seer.sim.fitted import preset_setup
 from seer.sim.simulate import SimConfig, run_policy, simulate
 from seer.sim.workloads import PRESETS
 
-POLICIES = ("verl", "divided", "context", "seer", "oracle", "group-oracle")
+POLICIES = ("verl", "divided", "context", "seer-paper", "seer", "oracle", "group-oracle")
 
 
 def reproduce_preset(name: str, config: SimConfig | None = None, progress: bool = False,
@@ -45,8 +45,8 @@ def reproduce_preset(name: str, config: SimConfig | None = None, progress: bool 
     out["prediction"] = {
         "verl_total_err": rows["verl"]["makespan_s"] / paper.verl_total_s - 1,
         "verl_tail_err": rows["verl"]["tail_s"] / paper.verl_tail_s - 1,
-        "seer_speedup_err": out["speedup_vs_verl"]["seer"] / paper.seer_speedup - 1,
-        "seer_tail_reduction_pts": out["tail_reduction_vs_verl"]["seer"] - paper.seer_tail_reduction,
+        "seer_speedup_err": out["speedup_vs_verl"]["seer-paper"] / paper.seer_speedup - 1,
+        "seer_tail_reduction_pts": out["tail_reduction_vs_verl"]["seer-paper"] - paper.seer_tail_reduction,
     }
     if paper.verl_preemptions:
         out["prediction"]["verl_preemptions_err"] = rows["verl"]["preemptions"] / paper.verl_preemptions - 1
@@ -54,14 +54,14 @@ def reproduce_preset(name: str, config: SimConfig | None = None, progress: bool 
 
 
 def acceptance_sensitivity(name: str, factors: Sequence[float], config: SimConfig | None = None) -> dict:
-    """``seer``'s predicted speedup over one veRL run with the acceptance model scaled by each factor, and the
+    """``seer-paper``'s predicted speedup over one veRL run with the acceptance model scaled by each factor, and the
     factor (linear interpolation between neighbours) at which it equals the paper's speedup, if in range."""
     workload, cluster, constants = preset_setup(name)
     config = config or SimConfig(record=False)
     verl = run_policy(workload, "verl", cluster, constants, config).result.metrics.makespan_s
     rows = {}
     for f in sorted(factors):
-        run = run_policy(workload, "seer", cluster, constants, replace(config, accept_scale=f))
+        run = run_policy(workload, "seer-paper", cluster, constants, replace(config, accept_scale=f))
         rows[f] = {"speedup": verl / run.result.metrics.makespan_s, "tau": run.spec["tau"],
                    "accept_rate": run.spec["accept_rate"], "makespan_s": run.result.metrics.makespan_s}
     target = PRESETS[name].paper.seer_speedup
@@ -94,19 +94,20 @@ def sensitivity_markdown(results: dict[str, dict]) -> str:
 def markdown(results: dict[str, dict]) -> str:
     """The README tables: fit and prediction, then the ablation."""
     lines = ["| workload | veRL total sim / paper | veRL tail sim / paper | preemptions sim / paper | "
-             "seer speedup sim / paper | seer tail cut sim / paper | context / oracle | group-oracle / oracle |",
+             "seer-paper speedup sim / paper | seer-paper tail cut sim / paper | context / oracle | "
+             "group-oracle / oracle |",
              "|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         v, p = r["policies"]["verl"], r["paper"]
         paper_pre = f"{p['verl_preemptions']:,}" if p["verl_preemptions"] else "-"
         pre = f"{v['preemptions']:,} / {paper_pre}"
         lines.append(f"| {name} | {v['makespan_s']:,.0f} / {p['verl_total_s']:,.0f} s | {v['tail_s']:,.0f} / "
-                     f"{p['verl_tail_s']:,.0f} s | {pre} | {r['speedup_vs_verl']['seer']:.2f}x / "
-                     f"{p['seer_speedup']:.2f}x | -{100 * r['tail_reduction_vs_verl']['seer']:.0f}% / "
+                     f"{p['verl_tail_s']:,.0f} s | {pre} | {r['speedup_vs_verl']['seer-paper']:.2f}x / "
+                     f"{p['seer_speedup']:.2f}x | -{100 * r['tail_reduction_vs_verl']['seer-paper']:.0f}% / "
                      f"-{100 * p['seer_tail_reduction']:.0f}% | {100 * r['context_vs_oracle']:.1f}% | "
                      f"{100 * r['group_oracle_vs_oracle']:.1f}% |")
-    lines += ["", "| workload | veRL | divided | + context | + grouped SD (seer) | oracle (no SD) | "
-              "group-oracle (no SD) |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "| workload | veRL | divided | + context | + grouped SD (seer-paper) | seer | oracle (no SD) | "
+              "group-oracle (no SD) |", "|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         cells = []
         for pol in POLICIES:
@@ -127,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--accept-scale", type=float, default=1.0,
                     help="scale the acceptance model's tokens gained per verification (not the reproduction)")
     ap.add_argument("--sensitivity", default=None, metavar="F1,F2,...",
-                    help="only veRL and seer, seer once per acceptance scale factor (see the module docstring)")
+                    help="only veRL and seer-paper, once per acceptance scale factor (see the module docstring)")
     args = ap.parse_args(argv)
     if args.sensitivity and args.accept_scale != 1:
         raise SystemExit("--sensitivity sets the acceptance scale itself; drop --accept-scale")

@@ -46,10 +46,16 @@ def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
 
 class VerifyCostModel:
     """Step time ``T(B, n)`` of a batch of ``B`` sequences with ``n`` tokens each (``n = 1``: plain decode), from
-    a measured table, bilinear in between. The engine fills it by profiling (``to_profile`` round-trips)."""
+    a measured table, bilinear in between. The engine fills it by profiling (``to_profile`` round-trips).
+
+    The table is measured at one short ``context``; a token computed at a longer context also attends to the
+    difference, ``pair_s`` seconds per (token, context token) pair (``context_time``). A rollout's long responses
+    decode at contexts of hundreds to thousands of tokens, where a draft token costs several times what the
+    table says: priced at the table's context, drafting looks cheap exactly where it is dearest."""
 
     def __init__(self, batch_sizes: Sequence[int], tokens_per_seq: Sequence[int],
-                 times_s: Sequence[Sequence[float]], draft_s_per_request: float = 0.0) -> None:
+                 times_s: Sequence[Sequence[float]], draft_s_per_request: float = 0.0, pair_s: float = 0.0,
+                 context: float = 0.0) -> None:
         if not batch_sizes or not tokens_per_seq:
             raise ValueError("the cost table needs at least one batch size and one tokens_per_seq")
         if list(batch_sizes) != sorted(set(batch_sizes)) or list(tokens_per_seq) != sorted(set(tokens_per_seq)):
@@ -60,10 +66,14 @@ class VerifyCostModel:
             raise ValueError("times_s must be a len(batch_sizes) x len(tokens_per_seq) table")
         if any(t <= 0 for row in times_s for t in row) or draft_s_per_request < 0:
             raise ValueError("step times must be > 0 and draft_s_per_request >= 0")
+        if pair_s < 0 or context < 0:
+            raise ValueError("pair_s and context must be >= 0")
         self.batch_sizes = [float(b) for b in batch_sizes]
         self.tokens_per_seq = [float(n) for n in tokens_per_seq]
         self.times_s = [[float(t) for t in row] for row in times_s]
         self.draft_s_per_request = draft_s_per_request
+        self.pair_s = pair_s
+        self.context = context
         self._floor_s = 0.01 * min(min(r) for r in self.times_s)  # step_time's floor (the table is fixed)
 
     @classmethod
@@ -71,13 +81,19 @@ class VerifyCostModel:
         """``{"batch_sizes": [...], "tokens_per_seq": [...], "times_s": [[...], ...], "draft_s_per_request": x}``"""
         try:
             return cls(profile["batch_sizes"], profile["tokens_per_seq"], profile["times_s"],
-                       profile.get("draft_s_per_request", 0.0))
+                       profile.get("draft_s_per_request", 0.0), profile.get("pair_s", 0.0),
+                       profile.get("context", 0.0))
         except KeyError as exc:
             raise ValueError(f"cost profile lacks {exc.args[0]!r}") from None
 
     def to_profile(self) -> dict:
         return {"batch_sizes": [int(b) for b in self.batch_sizes], "tokens_per_seq": [int(n) for n in
-                self.tokens_per_seq], "times_s": self.times_s, "draft_s_per_request": self.draft_s_per_request}
+                self.tokens_per_seq], "times_s": self.times_s, "draft_s_per_request": self.draft_s_per_request,
+                "pair_s": self.pair_s, "context": self.context}
+
+    def context_time(self, tokens: float, context: float) -> float:
+        """Seconds ``tokens`` computed tokens at a mean context of ``context`` add over the table's context."""
+        return self.pair_s * tokens * max(0.0, context - self.context)
 
     def row_for_batch(self, batch: float) -> list[float]:
         """``T(batch, n)`` for every profiled ``n`` (interpolated in B)."""
@@ -192,6 +208,7 @@ class PolicyRequest:
     is_probe: bool = False
     max_gamma: int | None = None  # e.g. tokens left before max_tokens
     weight: float = 1.0  # value of this request's tokens relative to the batch (critical-path priority)
+    context: float = 0.0  # tokens its next token attends to (prompt and output so far)
 
     def __post_init__(self) -> None:
         if not self.weight > 0:
@@ -219,15 +236,20 @@ class SpecPolicy:
         if n == 0:
             return {}
         classes = []
+        cost, floor = self.cost, self.cost.context
         for r in batch:
             a = self.tracker.accept(r.request_id, r.group_id)
             cap = cfg.gamma_max if r.max_gamma is None else max(0, min(cfg.gamma_max, r.max_gamma))
             classes.append(DraftClass([a ** j * r.weight for j in range(1, cap + 1)], [r.request_id],
-                                      probe=r.is_probe))
-        row = self.cost.row_for_batch(n)
+                                      context=max(0.0, r.context - floor), probe=r.is_probe))
+        row = cost.row_for_batch(n)
+        plain = cost.step_time(n, 1, row) + cost.pair_s * sum(c.context for c in classes)
 
         def price(tokens: int, context: float, drafting: int) -> float:
-            return self.cost.step_time(n, 1 + tokens / n, row) + self.cost.draft_time(drafting)
+            """The plain step at the batch's contexts, plus ``tokens`` draft tokens attending to ``context``
+            tokens beyond the table's in all (``DraftClass.context`` is measured from there)."""
+            extra = cost.step_time(n, 1 + tokens / n, row) - cost.step_time(n, 1, row) if tokens else 0.0
+            return plain + extra + cost.pair_s * context + cost.draft_time(drafting)
 
         plan_budget(classes, price, sum(r.weight for r in batch), cfg.probe_boost, cfg.max_batch_tokens)
         return {c.members[0]: c.gamma(0) for c in classes}

@@ -71,7 +71,7 @@ def steps_before(result, busy, cut: float) -> dict[int, list[tuple]]:
             for iid in result.decisions}
 
 
-@pytest.mark.parametrize("policy", ["verl", "context", "seer", "seer+critical"])
+@pytest.mark.parametrize("policy", ["verl", "context", "context+critical", "seer", "seer-paper"])
 def test_lengthening_a_response_changes_nothing_before_its_old_end(tmp_path, policy: str) -> None:
     short, long = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     g, i = write_trace(short)

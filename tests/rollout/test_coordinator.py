@@ -42,7 +42,7 @@ def reference(tiny):
         return [r.token_ids for r in c.rollout(groups(), policy="verl", progress=False).result.responses]
 
 
-@pytest.mark.parametrize("policy", ["verl", "divided", "context", "seer", "oracle", "seer+critical"])
+@pytest.mark.parametrize("policy", ["verl", "divided", "context", "seer", "seer-paper", "oracle", "context+critical"])
 def test_policies_return_g_identical_greedy(tiny, reference, policy):
     with coordinator(tiny) as c:
         out = c.rollout(groups(), policy=policy, progress=False)

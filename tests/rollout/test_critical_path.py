@@ -147,9 +147,9 @@ def test_the_buffer_runs_a_critical_request_alone_on_its_instance() -> None:
 
 
 def test_critical_is_a_suffix_of_divided_policies_only() -> None:
-    pol = get_policy("seer+critical")
-    assert pol.critical and pol.speculative and pol.name == "seer+critical"
-    assert not get_policy("seer").critical
+    pol = get_policy("seer-paper+critical")
+    assert pol.critical and pol.speculative and pol.name == "seer-paper+critical"
+    assert not get_policy("seer-paper").critical and get_policy("seer").critical
     with pytest.raises(UnknownPolicyError, match="does not divide"):
         get_policy("verl+critical")
     with pytest.raises(UnknownPolicyError, match="NAME\\+critical"):

@@ -16,12 +16,39 @@ from seer.rollout.policies import (
 
 
 def test_the_policies() -> None:
-    assert policy_names() == ["verl", "divided", "context", "seer", "oracle", "group-oracle"]
+    assert policy_names() == ["verl", "divided", "context", "seer", "seer-paper", "oracle", "group-oracle"]
     assert get_policy("verl") == RolloutPolicy("verl", divided=False, ordering="fifo", speculative=False)
     assert get_policy("verl").preempts and not get_policy("divided").preempts
     assert get_policy("context").ordering == "context" and not get_policy("context").speculative
     assert get_policy("seer").speculative and get_policy("seer").divided
+    seer, paper = get_policy("seer"), get_policy("seer-paper")
+    assert seer.critical and seer.rank == "attained"  # the default stack: test early, isolate the tail
+    assert paper.speculative and not paper.critical and paper.rank == "group"  # the paper's, as published
     assert get_policy("oracle").needs_true_lengths
+
+
+def test_a_policy_fixes_its_rank_and_critical_placement_once() -> None:
+    with pytest.raises(UnknownPolicyError, match="already places the critical path"):
+        get_policy("seer+critical")
+    assert get_policy("seer-paper+critical").critical and get_policy("context+critical").rank is None
+    with pytest.raises(ValueError, match="needs the context ordering"):
+        RolloutPolicy("x", divided=True, ordering="fifo", speculative=False, rank="attained")
+
+
+def test_the_policy_rank_reaches_the_ordering() -> None:
+    from types import SimpleNamespace
+
+    from seer.rollout.driver import RolloutDriver
+    from seer.rollout.orderings import OrderingConfig
+    from seer.rollout.types import GroupInput
+    from seer.sampling_params import SamplingParams
+
+    groups = [GroupInput((1, 2), 2, SamplingParams(max_tokens=4))]
+    inst = [SimpleNamespace(instance_id=0)]
+    for name, rank in (("seer-paper", "group"), ("context", "remaining")):
+        drv = RolloutDriver(get_policy(name), inst, groups, ordering_config=OrderingConfig(),  # type: ignore[arg-type]
+                            critical_speedup=lambda b: b)
+        assert drv.buffer.ordering.config.rank == rank
 
 
 def test_unknown_policy_lists_known_names() -> None:

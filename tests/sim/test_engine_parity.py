@@ -84,7 +84,7 @@ def tiny(tmp_path_factory):  # noqa: ANN001, ANN201
     return make_tiny_model_dir(tmp_path_factory.mktemp("parity"), family="qwen2", seed=5, vocab_size=VOCAB)
 
 
-@pytest.mark.parametrize("policy", ["verl", "divided", "context", "seer", "oracle"])
+@pytest.mark.parametrize("policy", ["verl", "divided", "context", "seer", "seer-paper", "oracle"])
 def test_simulator_and_engine_make_identical_decisions(tiny, policy: str) -> None:  # noqa: ANN001
     pol = get_policy(policy)
     cfg = EngineConfig(model=str(tiny), dtype="float32", block_size=4, num_kv_blocks=36, max_num_seqs=6,
@@ -97,7 +97,9 @@ def test_simulator_and_engine_make_identical_decisions(tiny, policy: str) -> Non
     shared = LocalKVPool(1 << 28)  # one global KV pool, as in the in-process backend
     real = [PricedEngineInstance(i, e, shared, s, cost_model=COST)
             for i, (e, s) in enumerate(zip(engines, specs))]
-    eng = RolloutDriver(pol, real, groups, chunk_tokens=8, draft_headroom=headroom, draft_server=server).run()
+    speedup = (lambda b: min(b, 4.0)) if pol.critical else None  # the same placement rule on both sides
+    eng = RolloutDriver(pol, real, groups, chunk_tokens=8, draft_headroom=headroom, draft_server=server,
+                        critical_speedup=speedup).run()
 
     specs, server = speculators(pol.speculative)
     pool = SimKVPool()
@@ -105,7 +107,8 @@ def test_simulator_and_engine_make_identical_decisions(tiny, policy: str) -> Non
                                                                       cfg.enable_prefix_caching)),
                         COST, pool=pool, speculator=s, check=True)
             for i, (e, s) in enumerate(zip(engines, specs))]
-    sim = RolloutDriver(pol, sims, groups, chunk_tokens=8, draft_headroom=headroom, draft_server=server).run()
+    sim = RolloutDriver(pol, sims, groups, chunk_tokens=8, draft_headroom=headroom, draft_server=server,
+                        critical_speedup=speedup).run()
 
     assert sum(len(steps) for steps in sim.decisions.values()) > 50
     assert sim.decisions == eng.decisions                      # the same SchedulerOutput sequence, step by step

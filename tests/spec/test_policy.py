@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from seer.engine.profiler import pair_cost
 from seer.spec.policy import AcceptanceTracker, PolicyConfig, PolicyRequest, SpecPolicy, VerifyCostModel, t_sd
 
 BATCHES = [1, 4, 16, 64, 256]
@@ -26,6 +27,32 @@ def test_interpolation_and_profile_round_trip() -> None:
     assert cost.draft_time(10) == pytest.approx(1e-3)
     again = VerifyCostModel.from_profile(cost.to_profile())
     assert again.step_time(2.5, 4) == pytest.approx(cost.step_time(2.5, 4))
+
+
+def test_pair_cost_is_the_long_context_slope() -> None:
+    assert pair_cost([1.0, 1.1, 1.3], [1.0, 1.2, 1.75], 100, 600) == pytest.approx(0.45 / (9 * 500))
+    assert pair_cost([1.0, 1.1, 1.3], [1.0, 1.1, 1.2], 100, 600) == 0.0  # noise never makes context cheaper
+
+
+def test_drafts_are_priced_at_the_batch_contexts() -> None:
+    """A draft token at context 2,000 attends to 15x what the table's 128 tokens cost: speculation that pays at
+    the table's context does not pay there."""
+    table = [[0.050, 0.060], [0.080, 0.140]]
+    short = VerifyCostModel([1, 4], [1, 9], table, context=128)
+    long = VerifyCostModel([1, 4], [1, 9], table, pair_s=2e-5, context=128)
+    assert VerifyCostModel.from_profile(long.to_profile()).pair_s == 2e-5
+    assert long.context_time(9, 2128) == pytest.approx(2e-5 * 9 * 2000)
+
+    def trained(cost: VerifyCostModel) -> SpecPolicy:
+        policy = SpecPolicy(cost)
+        for _ in range(20):
+            policy.observe(0, "g", 4, 2)  # acceptance ~0.6
+        return policy
+
+    far = [PolicyRequest(0, "g", context=2128)]
+    assert trained(short).plan(far)[0] > 0
+    assert trained(long).plan(far)[0] < trained(short).plan(far)[0]
+    assert trained(long).plan([PolicyRequest(0, "g", context=128)])[0] > 0  # at the table's context it pays
 
 
 def test_t_sd_matches_design_formula() -> None:

@@ -130,13 +130,13 @@ class Instance(abc.ABC):
     def release(self, request_id: int) -> None:
         """Free a resident request's KV without saving it."""
 
-    def hold_drafts(self) -> None:
-        """Virtual time: keep the tokens this instance's steps commit out of the shared draft index until
-        ``publish_drafts``, i.e. until the step's end. A step is computed when it starts, so without this an
-        instance starting later in virtual time would draft from tokens another produces after its start."""
+    def defer_outcomes(self) -> None:
+        """Virtual time: keep what a step produces hidden until ``step_ended``. A step is computed when it
+        starts, so without this the dispatcher would see the KV it frees and the requests it ends, and other
+        instances would draft from its tokens, before its end in virtual time."""
 
-    def publish_drafts(self) -> None:
-        """The step begun last has ended: its committed tokens may now feed other requests' drafts."""
+    def step_ended(self) -> None:
+        """The step begun last has ended: its outcome becomes visible."""
 
     def stats(self) -> dict:
         return {}

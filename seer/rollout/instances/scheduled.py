@@ -51,6 +51,8 @@ class ScheduledInstance(Instance):
         self.eos_token_ids = eos_token_ids
         self.chunk_base: dict[str, int] = {}   # output tokens at the start of the current chunk
         self._pending_kv_s = 0.0                 # KV moved since the last step, charged to the next one
+        self._defer = False                      # virtual time: a step's outcome shows at its end
+        self._hidden = (0, 0)                    # (KV blocks freed, requests ended) by the step in flight
         self.begin_rollout()
 
     def begin_rollout(self) -> None:
@@ -103,8 +105,9 @@ class ScheduledInstance(Instance):
         for req in self.scheduler.waiting:
             want = max(req.reserve_tokens, req.num_tokens)
             pending += max(0, bm.blocks_needed(want) - len(req.block_ids))
-        return InstanceState(self.instance_id, max(0, bm.num_free_blocks - pending), bm.block_size,
-                             running=len(self.scheduler.running) + len(self.scheduler.waiting),
+        freed, ended = self._hidden
+        return InstanceState(self.instance_id, max(0, bm.num_free_blocks - freed - pending), bm.block_size,
+                             running=len(self.scheduler.running) + len(self.scheduler.waiting) + ended,
                              max_running=self.scheduler.config.max_num_seqs, total_blocks=bm.num_blocks)
 
     def _new_request(self, chunk: ChunkStart) -> Request:
@@ -159,11 +162,13 @@ class ScheduledInstance(Instance):
         req.max_computed_tokens = max(req.max_computed_tokens, tokens)
         req.reprefill_reason = reason
 
-    def hold_drafts(self) -> None:
+    def defer_outcomes(self) -> None:
+        self._defer = True
         if isinstance(self.speculator, Speculator):
             self.speculator.hold = True
 
-    def publish_drafts(self) -> None:
+    def step_ended(self) -> None:
+        self._hidden = (0, 0)
         if isinstance(self.speculator, Speculator):
             self.speculator.publish()
 
@@ -172,6 +177,8 @@ class ScheduledInstance(Instance):
 
     def step(self) -> StepReport:
         st = run_step(self.scheduler, self.execute, self.speculator)
+        if self._defer:
+            self._hidden = (st.freed_blocks, len(st.finished))
         out, busy = st.out, self.scheduler.has_unfinished
         if out.is_empty:
             compute = self.idle_duration(st.compute_wall_s) if busy else 0.0
