@@ -308,7 +308,7 @@ def add_parser(bsub: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=None, help="default: the engine bench's 512")
     p.add_argument("--instances", type=int, default=1, help="engine instances")
     p.add_argument("--policy", default="seer",
-                   help="verl, divided, context, seer or oracle; NAME+critical adds critical-path placement")
+                   help="seer, seer-paper, verl, divided, context or oracle; NAME+critical adds placement")
     p.add_argument("--chunk-tokens", type=int, default=32,
                    help="tokens a request generates per chunk before it returns to the buffer (divided rollout)")
     p.add_argument("--kv-cache-gb", type=float, default=2.0, help="KV per instance, and vLLM's KV budget")

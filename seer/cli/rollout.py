@@ -40,7 +40,9 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-tokens", type=int, default=d.chunk_tokens,
                    help="tokens a request generates per chunk before it returns to the buffer (divided rollout)")
     p.add_argument("--context-rank", default=d.ordering.rank, choices=CONTEXT_RANKS,
-                   help="context ordering of non-probes: hedged remaining length, or the paper's group order")
+                   help="order of non-probes under policies that leave it open (context, divided+critical...): "
+                        "hedged remaining length, the paper's group order, or attained (every request tested "
+                        "early); seer and seer-paper fix their own")
     p.add_argument("--kv-affinity-spread", type=int, default=d.kv_affinity_spread,
                    help="resume a request where its KV is only while that instance runs at most this many more "
                         "requests than the least loaded one; -1: always")
@@ -80,8 +82,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="run a rollout over several engine instances")
     add_rollout_args(p)
     p.add_argument("--policy", default=RolloutConfig.policy,
-                   help="verl, divided, context, seer or oracle; a divided one as NAME+critical adds critical-path "
-                        "placement")
+                   help="seer (default), seer-paper, verl, divided, context or oracle; a divided one without "
+                        "placement as NAME+critical adds critical-path placement")
     p.add_argument("--out", default=None, help="responses as JSONL")
     p.add_argument("--json", default=None, help="metrics report (a PNG plot is written next to it)")
     p.set_defaults(func=run)

@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--instances", type=int, default=1, help="engine instances behind the server")
     p.add_argument("--backend", default="inprocess", choices=list(BACKENDS),
                    help="inprocess (virtual clock per instance), local (a process each) or ray (actors)")
-    p.add_argument("--policy", default="seer", help="verl, divided, context, seer")
+    p.add_argument("--policy", default="seer", help="seer (default), seer-paper, verl, divided or context")
     p.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS,
                    help="tokens per chunk (small: results stream and aborts land per chunk)")
     p.add_argument("--batch-window-ms", type=float, default=1000.0 * ServerConfig.batch_window_s,

@@ -67,6 +67,7 @@ class Backend(abc.ABC):
     # ------------------------------------------------------------------ the rollout template
     def run(self, policy: RolloutPolicy, groups: list[GroupInput], chunk_tokens: int, progress: bool,
             fault: FaultPlan | None, listener: RolloutListener | None = None) -> RolloutResult:
+        cost = self.verify_cost() if policy.critical else None  # profiled (once) before counters restart
         instances, drafts = self._prepare(policy)
         self._clear_kv()
         if fault is not None and fault.during != "step":  # dies in the middle of moving KV, not at a time
@@ -74,7 +75,6 @@ class Backend(abc.ABC):
             instances = [FaultyInstance(i, fault.during, self._killer(iid)) if i.instance_id == iid else i
                          for i in instances]
             fault = None
-        cost = self.verify_cost() if policy.critical else None
         with tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
                   unit="resp") as bar:
             driver = RolloutDriver(policy, instances, groups, chunk_tokens, **self.config.driver_kwargs(policy, cost),

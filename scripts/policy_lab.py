@@ -1,0 +1,141 @@
+"""Rollout policies on seeded trace samples in seconds: the simulator, its steps priced like this CPU's engine.
+
+Why: at cluster shape (8 instances, 24 groups) one real-engine sample takes most of an hour per policy on a
+2-core CPU, too slow to compare design choices. This runs the same control plane (driver, request buffer,
+orderings, critical path, scheduler, suffix trees, draft policy) on ``SimInstance``s whose step time is a linear
+fit of real engine steps, ``fixed + per_seq * B + per_token * N + per_pair * P`` (``seer.rollout.step_cost``: take
+the constants from a ``seer bench rollout`` report's ``bound.step_fit`` on the CPU at hand), and whose draft
+policy sees the verify table the engine would profile (batches 1/4/16, 1/3/9 tokens at a 128-token context, with
+the per-pair slope). Length-only traces get random tokens (siblings unalike). A simulation, not a measurement:
+use it to choose what to measure, and measure on the engine (``seer bench rollout --samples``).
+
+    python scripts/policy_lab.py --trace data/math_cot_groups.jsonl --sample 24 --scale 0.5 --samples 6 \\
+        --policies verl,seer,seer-paper,context+critical:attained,oracle+critical
+
+A policy may name a context rank after a colon (``context+critical:attained``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+from dataclasses import replace
+
+from seer.engine.block_manager import BlockManager
+from seer.engine.scheduler import Scheduler, SchedulerConfig
+from seer.engine.speculator import SpecConfig, Speculator
+from seer.rollout.critical_path import batch_speedup
+from seer.rollout.driver import RolloutDriver
+from seer.rollout.orderings import OrderingConfig
+from seer.rollout.policies import get_policy
+from seer.rollout.step_cost import LinearStepCost
+from seer.rollout.types import GroupInput
+from seer.rollout.workload import ReplayOptions, groups_from_trace
+from seer.sim.cost_model import CostModel, StepSummary
+from seer.sim.hardware import InstanceSpec, get_accelerator, get_model
+from seer.sim.pool import SimKVPool
+from seer.sim.sim_instance import SimInstance
+from seer.spec.draft_server import DraftServer
+from seer.spec.policy import VerifyCostModel
+
+VOCAB = 49152  # SmolLM2's
+
+
+class LinearCost(CostModel):
+    """Steps priced by a linear fit of measured engine steps; KV moves at host-copy speed."""
+
+    def __init__(self, instance: InstanceSpec, fit: LinearStepCost) -> None:
+        super().__init__(instance)
+        self.fit = fit
+
+    def step_time(self, s: StepSummary) -> float:
+        return self.fit.step_time(s.num_seqs, s.num_tokens, s.attn_pairs) if s.num_seqs > 0 else 0.0
+
+    def transfer_time(self, nbytes: float) -> float:
+        return 0.0 if nbytes <= 0 else 2e-4 + nbytes / 4e9
+
+    def draft_time(self, requests: int) -> float:
+        return 1e-4 * requests
+
+
+def verify_table(fit: LinearStepCost, context: float = 128.0) -> VerifyCostModel:
+    """The table the engine's profiler would measure on this fit, with its per-pair slope."""
+    batches, tokens = [1, 4, 16], [1, 3, 9]
+    times = [[fit.step_time(b, b * n, b * n * context) for n in tokens] for b in batches]
+    return VerifyCostModel(batches, tokens, times, 1e-4, pair_s=fit.per_pair_s, context=context)
+
+
+def with_tokens(group: GroupInput, seed: int) -> GroupInput:
+    """A length-only group with random tokens of its recorded lengths (siblings unalike)."""
+    if group.forced is not None or group.stop_lengths is None:
+        return group
+    rng = random.Random(f"{seed}:{group.key}")
+    forced = tuple(tuple(rng.randrange(3, VOCAB) for _ in range(n)) for n in group.stop_lengths)
+    return replace(group, forced=forced, stop_lengths=None, params=replace(group.params, ignore_eos=False))
+
+
+def run(groups: list[GroupInput], spec: str, instances: int, kv_tokens: int, chunk: int,
+        fit: LinearStepCost) -> dict[str, float]:
+    name, _, rank = spec.partition(":")
+    policy = get_policy(name)
+    cost = LinearCost(InstanceSpec(get_accelerator("cpu-2core"), get_model("smollm2-135m"), 1,
+                                   kv_tokens=kv_tokens), fit)
+    table = verify_table(fit)
+    max_model_len = max(len(g.prompt_token_ids) for g in groups) + groups[0].params.max_tokens + 1
+    pool, server = SimKVPool(), DraftServer() if policy.speculative else None
+    insts = []
+    for i in range(instances):
+        sched = Scheduler(SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=2048, max_model_len=max_model_len),
+                          BlockManager(kv_tokens // 16, 16, True))
+        spec_ = Speculator.build(SpecConfig(), table, server) if server is not None else None
+        inst = SimInstance(i, sched, cost, pool=pool, speculator=spec_, record=False)
+        inst._policy = None  # the engine's profiled table (with its slope), not the simulator's per-step row
+        insts.append(inst)
+    speedup = batch_speedup(table.batch_sizes, lambda b: table.step_time(b, 1)) if policy.critical else None
+    ordering = OrderingConfig(rank=rank or "remaining")
+    headroom = SpecConfig().kv_headroom if policy.speculative else 0
+    driver = RolloutDriver(policy, insts, groups, chunk_tokens=chunk, ordering_config=ordering, draft_server=server,
+                           draft_headroom=headroom, affinity_spread=32, critical_speedup=speedup)
+    for inst in insts:
+        inst.clock = lambda: driver.now
+    res = driver.run()
+    m = res.metrics
+    return {"makespan": m.makespan_s, "tail": m.tail_s, "idle": sum(m.idle_s) / (instances * m.makespan_s)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", default="data/math_cot_groups.jsonl")
+    ap.add_argument("--sample", type=int, default=24)
+    ap.add_argument("--samples", type=int, default=6)
+    ap.add_argument("--scale", type=float, default=0.5)
+    ap.add_argument("--instances", type=int, default=8)
+    ap.add_argument("--chunk", type=int, default=32)
+    ap.add_argument("--kv-fraction", type=float, default=1 / 3)
+    ap.add_argument("--policies", default="verl,seer,seer-paper")
+    ap.add_argument("--fit", default="0.0553,0.00036,0.00367,2.1e-5",
+                    help="fixed_s,per_seq_s,per_token_s,per_pair_s (default: the AMD EPYC AVX2 fp32 engine, 1 thread)")
+    a = ap.parse_args()
+    fit = LinearStepCost(*(float(x) for x in a.fit.split(",")))
+    speedups: dict[str, list[float]] = {}
+    for s in range(a.samples):
+        groups = groups_from_trace(a.trace, VOCAB, ReplayOptions(a.scale, sample=a.sample, seed=s))
+        groups = [with_tokens(g, s) for g in groups]
+        generated = sum(sum(g.true_lengths or ()) for g in groups)
+        largest = max(len(g.prompt_token_ids) + g.params.max_tokens for g in groups)
+        kv = -(-max(int(generated / a.instances * a.kv_fraction), largest + a.chunk + 16) // 16) * 16
+        rows = {p: run(groups, p, a.instances, kv, a.chunk, fit) for p in a.policies.split(",")}
+        base = rows["verl"]["makespan"] if "verl" in rows else None
+        cells = []
+        for p, r in rows.items():
+            ratio = base / r["makespan"] if base else float("nan")
+            speedups.setdefault(p, []).append(ratio)
+            cells.append(f"{p} {r['makespan']:.1f}s x{ratio:.2f} tail {r['tail']:.1f} idle {r['idle']:.2f}")
+        print(f"sample {s} (kv {kv}, max_tokens {groups[0].params.max_tokens}): " + " | ".join(cells), flush=True)
+    for p, v in speedups.items():
+        print(f"{p:<28} median x{statistics.median(v):.2f}  worst x{min(v):.2f}")
+
+
+if __name__ == "__main__":
+    main()
