@@ -49,7 +49,7 @@ class VerifyCostModel:
     a measured table, bilinear in between. The engine fills it by profiling (``to_profile`` round-trips).
 
     The table is measured at one short ``context``; a token computed at a longer context also attends to the
-    difference, ``pair_s`` seconds per (token, context token) pair (``context_time``). A rollout's long responses
+    difference, ``pair_s`` seconds per (token, context token) pair. A rollout's long responses
     decode at contexts of hundreds to thousands of tokens, where a draft token costs several times what the
     table says: priced at the table's context, drafting looks cheap exactly where it is dearest."""
 
@@ -90,10 +90,6 @@ class VerifyCostModel:
         return {"batch_sizes": [int(b) for b in self.batch_sizes], "tokens_per_seq": [int(n) for n in
                 self.tokens_per_seq], "times_s": self.times_s, "draft_s_per_request": self.draft_s_per_request,
                 "pair_s": self.pair_s, "context": self.context}
-
-    def context_time(self, tokens: float, context: float) -> float:
-        """Seconds ``tokens`` computed tokens at a mean context of ``context`` add over the table's context."""
-        return self.pair_s * tokens * max(0.0, context - self.context)
 
     def row_for_batch(self, batch: float) -> list[float]:
         """``T(batch, n)`` for every profiled ``n`` (interpolated in B)."""
