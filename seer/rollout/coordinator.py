@@ -105,9 +105,12 @@ class RolloutCoordinator:
         return self.backend.verify_cost()
 
     def close(self) -> None:
+        from seer.utils.malloc import release_freed_memory
+
         self.backend.close()
         self.pool.close()
         self._tmp.cleanup()
+        release_freed_memory()  # the engines' memory goes back to the system, not only to this heap
 
     def __enter__(self) -> "RolloutCoordinator":
         return self

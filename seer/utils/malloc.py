@@ -38,3 +38,18 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError) as e:
         log.info("glibc mallopt unavailable, allocator left as it is: %s", e)
     return _applied
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's malloc_trim) where ``keep_freed_memory`` is in
+    effect: a process that closed its engines would otherwise keep their memory, and the next rollout's capacity
+    check in it (a benchmark's next sample), or any other process, would find that memory taken."""
+    if not _applied:
+        return
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError) as e:
+        log.info("glibc malloc_trim unavailable: %s", e)

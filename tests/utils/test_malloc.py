@@ -43,3 +43,27 @@ def test_freed_memory_is_reused_without_page_faults():
 def test_opt_out_leaves_the_allocator_alone():
     applied, faults = faults_per_step("tune", SEER_MALLOC_TUNE="0")
     assert applied == "False"
+
+
+TRIM = """
+import torch
+from seer.utils.malloc import keep_freed_memory, release_freed_memory
+keep_freed_memory()
+
+def rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 // 2**20
+
+x = [torch.ones(2**18) for _ in range(300)]  # 300 MB in 1 MB pieces
+del x
+kept = rss_mb()
+release_freed_memory()
+print(kept, rss_mb())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc_trim")
+def test_released_memory_goes_back_to_the_system():
+    """Closed engines' memory must not stay with the process (a benchmark's next sample checks what is free)."""
+    out = subprocess.run([sys.executable, "-c", TRIM], capture_output=True, text=True, check=True, timeout=120)
+    kept, after = (int(v) for v in out.stdout.split())
+    assert kept - after > 250
