@@ -22,6 +22,7 @@ import random
 import statistics
 from dataclasses import replace
 
+from seer.bench.rollout_bench import kv_blocks_for
 from seer.engine.block_manager import BlockManager
 from seer.engine.scheduler import Scheduler, SchedulerConfig
 from seer.engine.speculator import SpecConfig, Speculator
@@ -122,9 +123,7 @@ def main() -> None:
     for s in range(a.samples):
         groups = groups_from_trace(a.trace, VOCAB, ReplayOptions(a.scale, sample=a.sample, seed=s))
         groups = [with_tokens(g, s) for g in groups]
-        generated = sum(sum(g.true_lengths or ()) for g in groups)
-        largest = max(len(g.prompt_token_ids) + g.params.max_tokens for g in groups)
-        kv = -(-max(int(generated / a.instances * a.kv_fraction), largest + a.chunk + 16) // 16) * 16
+        kv = kv_blocks_for(groups, a.instances, a.kv_fraction, 16, a.chunk)[1]["kv_tokens_per_instance"]
         rows = {p: run(groups, p, a.instances, kv, a.chunk, fit) for p in a.policies.split(",")}
         base = rows["verl"]["makespan"] if "verl" in rows else None
         cells = []

@@ -17,7 +17,6 @@ and the time-split shares, then their median and worst over the samples (``WORST
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics
@@ -62,13 +61,11 @@ def sample_setup(args: argparse.Namespace, policies: list[str], dtype: str) -> d
 
 
 def file_sha256(path: str | Path) -> str:
+    from seer.models.prepare import sha256_file
+
     if not Path(path).is_file():
         raise FileNotFoundError(f"trace file not found: {path}")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(Path(path))
 
 
 def recorded_samples(path: Path, setup: dict[str, Any]) -> list[dict[str, Any]]:
