@@ -10,7 +10,7 @@ the per-pair slope). Length-only traces get random tokens (siblings unalike). A 
 use it to choose what to measure, and measure on the engine (``seer bench rollout --samples``).
 
     python scripts/policy_lab.py --trace data/math_cot_groups.jsonl --sample 24 --scale 0.5 --samples 6 \\
-        --policies verl,seer,seer-paper,context+critical:attained,oracle+critical
+        --policies verl,seer,seer-paper,seer-oracle,oracle+critical
 
 A policy may name a context rank after a colon (``context+critical:attained``).
 """

@@ -18,7 +18,9 @@ three switches:
 runaway hidden among short siblings shows itself while there is time), critical-path placement (the responses
 expected to end last run alone, with the whole draft budget) and grouped speculation. Chosen over the other
 combinations on several seeded samples of two traces (benchmarks/README.md). `seer-paper` is the paper's stack
-as published, for comparison: the group-estimate order, no placement.
+as published, for comparison: the group-estimate order, no placement. `seer-oracle` is `seer` told every
+response's true length (longest remaining first, placement and drafting as in `seer`): a reference, not a
+policy, whose gap to `seer` is what any better length estimate could still win.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ POLICIES: dict[str, RolloutPolicy] = {
         RolloutPolicy("seer", divided=True, ordering="context", speculative=True, critical=True, rank="attained"),
         RolloutPolicy("seer-paper", divided=True, ordering="context", speculative=True, rank="group"),
         RolloutPolicy("oracle", divided=True, ordering="oracle", speculative=False),
+        RolloutPolicy("seer-oracle", divided=True, ordering="oracle", speculative=True, critical=True),
         RolloutPolicy("group-oracle", divided=True, ordering="group-oracle", speculative=False),
     )
 }

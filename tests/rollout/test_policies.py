@@ -16,7 +16,8 @@ from seer.rollout.policies import (
 
 
 def test_the_policies() -> None:
-    assert policy_names() == ["verl", "divided", "context", "seer", "seer-paper", "oracle", "group-oracle"]
+    assert policy_names() == ["verl", "divided", "context", "seer", "seer-paper", "oracle", "seer-oracle",
+                              "group-oracle"]
     assert get_policy("verl") == RolloutPolicy("verl", divided=False, ordering="fifo", speculative=False)
     assert get_policy("verl").preempts and not get_policy("divided").preempts
     assert get_policy("context").ordering == "context" and not get_policy("context").speculative
