@@ -13,6 +13,10 @@ as veRL runs it, each instance with the same KV tokens (see seer/bench/rollout_p
 
 `--samples K` runs all of this on K seeded samples and reports the median and the worst
 (seer/bench/rollout_samples.py).
+
+What it prints (``make demo`` is this command): a line per policy as it finishes, then the setup in one line, the
+policies side by side, the bound, where the report went and how to read the table. The whole report is the
+``--json`` file; ``--print-json`` prints it to stdout as well.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from seer.utils.machine import machine_info
 if TYPE_CHECKING:
     from seer.rollout.types import GroupInput, RolloutResult
 
-SUMMARY_KEYS = ("makespan_s", "throughput_tok_s", "tail_s", "preemptions", "reprefill_tokens", "kv_frac")
+HOW_TO_READ = ("How to read it: vs verl = verl's makespan / this one's (same tokens); tail = seconds after 90% "
+               "of responses finished; / bound: 1.00 = nothing left to gain.")
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
@@ -51,6 +56,8 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                    help="run every policy on K samples of --sample N groups (seeds --seed, --seed+1, ...) and "
                         "report the median and worst; needs --json, which is rewritten after each sample and "
                         "resumed from when rerun with the same settings")
+    p.add_argument("--print-json", action="store_true",
+                   help="print the whole report JSON to stdout too (it is always written to --json when given)")
     p.set_defaults(func=run)
 
 
@@ -135,21 +142,58 @@ def run_peer(args: argparse.Namespace, groups, model: Path, kv_tokens: int) -> t
     return row, None
 
 
+def policy_line(name: str, row: dict[str, Any]) -> str:
+    """One finished policy, as the run goes: its makespan, tail, throughput and preemptions."""
+    return (f"{name} done: makespan {row['makespan_s']:.1f} s, tail {row['tail_s']:.1f} s, "
+            f"{row['throughput_tok_s']:.0f} tok/s, {row['preemptions']} preemptions")
+
+
 def summary_table(reports: dict[str, dict], bound_s: float | None) -> str:
-    """The policies side by side, as a fixed-width table (throughput relative to verl where it ran)."""
+    """The policies side by side, as a fixed-width table: makespan, tail, throughput, speedup over verl (throughput
+    ratio, where verl ran), preemptions, drafting's tau and makespan over the bound; then the bound itself."""
     base = reports.get("verl", {}).get("throughput_tok_s")
-    head = f"{'policy':<16}{'makespan s':>11}{'tok/s':>8}{'vs verl':>8}{'tail s':>8}{'p90 s':>8}" \
-           f"{'preempt':>8}{'tau':>6}{'/ bound':>8}"
+    head = f"{'policy':<16}{'makespan s':>11}{'tail s':>8}{'tok/s':>8}{'vs verl':>8}{'preempt':>8}{'tau':>6}" \
+           f"{'/ bound':>8}"
     lines = [head, "-" * len(head)]
     for name, row in reports.items():
         tau = (row.get("spec") or {}).get("tau")
         ratio = f"{row['throughput_tok_s'] / base:.2f}x" if base else "-"
         over = f"{row['makespan_s'] / bound_s:.2f}" if bound_s else "-"
-        lines.append(f"{name:<16}{row['makespan_s']:>11.1f}{row['throughput_tok_s']:>8.0f}{ratio:>8}"
-                     f"{row['tail_s']:>8.1f}{row['p90_s']:>8.1f}{row['preemptions']:>8}"
-                     f"{(f'{tau:.2f}' if tau else '-'):>6}{over:>8}")
+        lines.append(f"{name:<16}{row['makespan_s']:>11.1f}{row['tail_s']:>8.1f}{row['throughput_tok_s']:>8.0f}"
+                     f"{ratio:>8}{row['preemptions']:>8}{(f'{tau:.2f}' if tau else '-'):>6}{over:>8}")
     if bound_s:
-        lines.append(f"bound (no policy can beat it): {bound_s:.1f} s")
+        lines.append(f"bound: {bound_s:.1f} s (the makespan no policy can beat)")
+    return "\n".join(lines)
+
+
+def setup_line(setup: dict[str, Any]) -> str:
+    """The run's shape in one line: groups and responses, trace, length scale, instances, KV budget, dtype, CPU."""
+    machine = setup.get("machine") or {}
+    kv = (setup.get("kv_budget") or {}).get("kv_tokens_per_instance")
+    scale = setup.get("length_scale")
+    parts = [f"{setup['groups']} groups, {setup['responses']} responses of {Path(setup['trace']).name}"
+             + (f" (lengths x{scale:g})" if isinstance(scale, float | int) and scale != 1 else ""),
+             f"{setup['instances']} instance{'s' if setup['instances'] != 1 else ''} ({setup['backend']})"]
+    if kv:
+        parts.append(f"KV {kv:,} tokens each")
+    if machine:
+        parts.append(f"{machine.get('dtype', '?')} on {(machine.get('cpu') or {}).get('model', '?')}")
+    return ", ".join(parts)
+
+
+def report_text(report: dict[str, Any], json_path: str | None, png_path: Path | None,
+                json_printed: bool = False) -> str:
+    """What a single run prints at the end: the setup line, the table, where the report went, how to read it."""
+    bound_s = report["bound"]["bound_s"] if "bound" in report else None
+    lines = [setup_line(report["setup"]), summary_table(report["policies"], bound_s)]
+    for name, error in (report.get("errors") or {}).items():
+        lines.append(f"{name}: failed ({(error.splitlines() or ['?'])[0]})")
+    if json_path:
+        plot = f", plot {png_path}" if png_path else ""
+        lines.append(f"report: {json_path}{plot}" + ("" if json_printed else " (--print-json prints the JSON too)"))
+    else:
+        lines.append("report: not written (--json PATH writes it, with a plot beside it)")
+    lines.append(HOW_TO_READ)
     return "\n".join(lines)
 
 
@@ -183,14 +227,14 @@ def run_sample(args: argparse.Namespace, model: Path,
         for name in policies:
             out = c.rollout(groups, policy=name)
             results[name], reports[name] = out.result, report_row(out)
-            print(json.dumps({name: {k: reports[name][k] for k in SUMMARY_KEYS}}))
+            print(policy_line(name, reports[name]), flush=True)
         bound = bound_for(c, results, args.instances, groups, budget["kv_tokens_per_instance"])
     errors: dict[str, str] = {}
     if args.peer:
         row, error = run_peer(args, groups, model, budget["kv_tokens_per_instance"])
         if row is not None:
             reports[args.peer] = row
-            print(json.dumps({args.peer: {k: row[k] for k in SUMMARY_KEYS}}))
+            print(policy_line(args.peer, row), flush=True)
         else:
             errors[args.peer] = error or "failed"
     report: dict[str, Any] = compare(reports, baseline="verl") if "verl" in reports else {"policies": reports}
@@ -218,7 +262,10 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None:
         from seer.bench.rollout_samples import run_samples
 
-        return run_samples(args)
+        code = run_samples(args)
+        if args.print_json and code == 0:
+            print(Path(args.json).read_text())
+        return code
     parse_policies(args.policies)  # a bad name fails before anything runs
     check_peer(args.peer)
     from seer.cli.rollout import build_groups
@@ -228,10 +275,13 @@ def run(args: argparse.Namespace) -> int:
     groups = build_groups(args, model)
     report, results = run_sample(args, model, groups)
     bound_s = report["bound"]["bound_s"] if "bound" in report else None
-    print(json.dumps({k: report[k] for k in report if k != "policies"}, indent=1))
-    print(summary_table(report["policies"], bound_s))
+    png = None
     if args.json:
         write_json(args.json, report)
-        plot_rollout(results, Path(args.json).with_suffix(".png"), f"rollout policies on {Path(args.trace).name}",
-                     bound_s=bound_s)
+        png = plot_rollout(results, Path(args.json).with_suffix(".png"),
+                           f"rollout policies on {Path(args.trace).name}", bound_s=bound_s)
+    if args.print_json:
+        print(json.dumps(report, indent=1))
+    print()
+    print(report_text(report, args.json, png, json_printed=args.print_json))
     return 0

@@ -246,8 +246,10 @@ def test_the_summary_table_puts_policies_side_by_side() -> None:
     row = {"makespan_s": 50.0, "throughput_tok_s": 200.0, "tail_s": 10.0, "p90_s": 40.0, "preemptions": 12}
     seer = dict(row, makespan_s=40.0, throughput_tok_s=250.0, tail_s=2.0, preemptions=0, spec={"tau": 2.5})
     lines = summary_table({"verl": row, "seer": seer}, bound_s=20.0).splitlines()
-    assert lines[0].split() == ["policy", "makespan", "s", "tok/s", "vs", "verl", "tail", "s", "p90", "s",
-                                "preempt", "tau", "/", "bound"]
-    assert lines[2].split() == ["verl", "50.0", "200", "1.00x", "10.0", "40.0", "12", "-", "2.50"]
-    assert lines[3].split() == ["seer", "40.0", "250", "1.25x", "2.0", "40.0", "0", "2.50", "2.00"]
-    assert lines[-1] == "bound (no policy can beat it): 20.0 s"
+    assert lines[0].split() == ["policy", "makespan", "s", "tail", "s", "tok/s", "vs", "verl", "preempt", "tau",
+                                "/", "bound"]
+    assert lines[2].split() == ["verl", "50.0", "10.0", "200", "1.00x", "12", "-", "2.50"]
+    assert lines[3].split() == ["seer", "40.0", "2.0", "250", "1.25x", "0", "2.50", "2.00"]
+    assert lines[-1] == "bound: 20.0 s (the makespan no policy can beat)"
+    alone = summary_table({"seer": seer}, bound_s=None).splitlines()  # no verl, no bound: dashes, no bound line
+    assert alone[2].split() == ["seer", "40.0", "2.0", "250", "-", "0", "2.50", "-"] and len(alone) == 3
