@@ -207,6 +207,7 @@ def report_row(out) -> dict[str, Any]:
     row["time_split"] = split_totals(row)
     if "spec" in stats:
         row["spec"] = {k: v for k, v in stats["spec"].items() if k != "per_group"}
+    row["onpolicy"] = out.onpolicy
     return row
 
 

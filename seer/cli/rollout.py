@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     report = {"policy": out.policy, "weight_version": out.weight_version, "wall_s": round(out.wall_s, 2),
               "groups": len(groups), "responses": len(out.result.responses), **m,
               "stats": {k: v for k, v in out.result.stats.items() if k not in ("busy", "instances")},
-              "instances": out.result.stats.get("instances")}
+              "instances": out.result.stats.get("instances"), "onpolicy": out.onpolicy}
     print(json.dumps({k: report[k] for k in ("policy", "responses", "makespan_s", "throughput_tok_s", "tail_s",
                                              "preemptions", "kv_bytes_moved")}, indent=1))
     if args.json:

@@ -47,6 +47,7 @@ class Request:
     num_hashed_blocks: int = 0
     spec_token_ids: list[int] = field(default_factory=list)
     spec_parents: list[int] | None = None  # tree drafts: parent index per draft token (-1 = last token)
+    spec_source: str = ""  # where the draft came from: "group" (siblings), "history" (earlier rollouts' responses)
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: str | None = None
     num_preemptions: int = 0

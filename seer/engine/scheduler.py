@@ -86,6 +86,11 @@ class SchedulerStats:
     spec_accepted: int = 0
     spec_bonus: int = 0
     spec_steps: int = 0
+    # of the spec counters, those of drafts from the history source (earlier rollouts' responses to the same
+    # prompt); the rest came from the group's own siblings
+    history_drafted: int = 0
+    history_accepted: int = 0
+    history_steps: int = 0
 
 
 class Scheduler:
@@ -254,6 +259,7 @@ class Scheduler:
         req.num_computed_tokens = 0
         req.spec_token_ids = []
         req.spec_parents = None
+        req.spec_source = ""
         req.num_preemptions += 1
         req.status = RequestStatus.WAITING
         self.stats.preemptions += 1
@@ -276,10 +282,11 @@ class Scheduler:
                 req.num_computed_tokens = real_end
                 self.block_manager.cache_full_blocks(req)
                 continue
-            self._record_spec(chunk, res)
+            self._record_spec(chunk, res, req.spec_source)
             req.num_computed_tokens = real_end + res.num_accepted_spec
             req.spec_token_ids = []
             req.spec_parents = None
+            req.spec_source = ""
             for tok, lp in zip(res.token_ids, res.logprobs):
                 req.append_output(tok, lp)
                 self.stats.output_tokens += 1
@@ -305,12 +312,16 @@ class Scheduler:
         self.block_manager.trim(req, req.num_computed_tokens + 1)
         self.paused[req.request_id] = req
 
-    def _record_spec(self, chunk: ScheduledChunk, res: StepResult) -> None:
+    def _record_spec(self, chunk: ScheduledChunk, res: StepResult, source: str) -> None:
         if chunk.num_spec_tokens:
             self.stats.spec_steps += 1
             self.stats.spec_drafted += chunk.num_spec_tokens
             self.stats.spec_accepted += res.num_accepted_spec
             self.stats.spec_bonus += 1
+            if source == "history":
+                self.stats.history_steps += 1
+                self.stats.history_drafted += chunk.num_spec_tokens
+                self.stats.history_accepted += res.num_accepted_spec
 
     def _finish(self, req: Request) -> None:
         if self.reserve is not None:

@@ -125,6 +125,7 @@ class Speculator:
                 if len(d):
                     r.spec_token_ids = list(d.token_ids)
                     r.spec_parents = None if d.is_linear else list(d.parents)
+                    r.spec_source = d.source
                     self._drafted[r.request_id] = (len(d), not d.is_linear)
         self.draft_s += time.perf_counter() - t0
         self.steps += 1

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from seer.rollout.backends import Backend, make_backend
 from seer.rollout.config import RolloutConfig
 from seer.rollout.kv_pool import LocalKVPool
+from seer.rollout.onpolicy import OnPolicyMonitor
 from seer.rollout.policies import get_policy
 from seer.rollout.types import FaultPlan, GroupInput, RolloutListener, RolloutResult
 from seer.spec.policy import VerifyCostModel
@@ -34,6 +35,7 @@ class RolloutOutput:
     wall_s: float
     texts: list[str]
     groups: list[GroupInput]
+    onpolicy: dict = field(default_factory=dict)  # the on-policy report (seer/rollout/onpolicy.py)
 
     @property
     def metrics(self):
@@ -62,6 +64,8 @@ class RolloutCoordinator:
         self._tmp = tempfile.TemporaryDirectory(prefix="seer-kvpool-")
         spill = self.config.spill_dir or self._tmp.name
         self.pool = LocalKVPool(int(self.config.pool_budget_gb * 2**30), spill)
+        self.pool_version: int | None = None  # the weight version the pool's KV is computed under (None: initial)
+        self.onpolicy = OnPolicyMonitor()
         self.backend = self._make_backend()
         from seer.models.tokenizer import Tokenizer
         self.tokenizer = Tokenizer.from_dir(self.model)
@@ -82,6 +86,7 @@ class RolloutCoordinator:
         self.pool.close()
         self.pool = LocalKVPool(int(self.config.pool_budget_gb * 2**30), self.config.spill_dir or self._tmp.name)
         self.backend.set_pool(self.pool)
+        self.pool_version = new
         return new
 
     def rollout(self, groups: list[GroupInput], policy: str | None = None, progress: bool = True,
@@ -98,7 +103,12 @@ class RolloutCoordinator:
         if self.weight_version != version:
             raise RuntimeError("weights changed during the rollout")
         texts = [self.tokenizer.decode(r.token_ids) for r in result.responses]
-        return RolloutOutput(result, version, pol.name, wall, texts, list(groups))
+        if self.pool_version is None:
+            self.pool_version = version
+        report = self.onpolicy.report(version, self.backend.weight_versions(), self.pool_version,
+                                      len(result.responses), result.stats.get("kv_sources") or {},
+                                      result.stats.get("spec"))
+        return RolloutOutput(result, version, pol.name, wall, texts, list(groups), report)
 
     def verify_cost(self) -> VerifyCostModel:
         """The profiled step cost T(B, n) of the instances (measured once, cached on disk)."""

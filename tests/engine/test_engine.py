@@ -192,3 +192,21 @@ def test_grouped_speculation_is_lossless_and_drafts_from_siblings(tiny_llama):
     # One at a time, siblings 2-4 of each group find their whole (identical greedy) response among the finished
     # ones: each step then accepts 8 drafts + 1 bonus, so at least 2 x 3 x (30 * 8/9 - 8) = 112 accepted.
     assert llm.engine.stats.spec_accepted >= 112
+
+
+def test_drafts_are_counted_by_source(tiny_llama):
+    """A prompt generated again drafts from the kept responses of its first time (the history source), and the
+    scheduler counts those drafts apart from the group's own (greedy: the second pass repeats the first, so every
+    history draft is accepted)."""
+    from seer.engine.speculator import SpecConfig
+
+    sp = SamplingParams(n=1, temperature=0.0, max_tokens=30, ignore_eos=True)
+    llm = LLM(tiny_llama, dtype="float32", speculative=SpecConfig(adaptive=False))
+    first = llm.generate([PROMPTS[1]], sp, use_tqdm=False)
+    stats = llm.engine.stats
+    assert stats.history_drafted == 0  # nothing kept yet: any draft came from the response's own stream
+    before = (stats.spec_drafted, stats.history_drafted, stats.history_accepted)
+    again = llm.generate([PROMPTS[1]], sp, use_tqdm=False)
+    assert again[0].outputs[0].token_ids == first[0].outputs[0].token_ids
+    drafted, accepted = stats.history_drafted - before[1], stats.history_accepted - before[2]
+    assert accepted == drafted >= 20 and stats.spec_drafted - before[0] >= drafted

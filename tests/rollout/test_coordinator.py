@@ -52,8 +52,12 @@ def test_policies_return_g_identical_greedy(tiny, reference, policy):
     assert all(rec["weight_version"] == 0 for rec in out.records())
     if policy != "verl":
         assert res.metrics.preemptions == 0
+    assert out.onpolicy["responses_by_version"] == {"0": 16} and out.onpolicy["warnings"] == []
+    assert out.onpolicy["kv_imports_by_version"] == {"0": res.stats["kv_sources"].get("pool", 0)}
     if policy == "seer":
         assert res.stats["spec"]["steps"] > 0
+        by_source = out.onpolicy["drafts_by_source"]  # every prompt differs: no history to draft from
+        assert by_source["group"]["drafted"] == res.stats["spec"]["drafted"] and by_source["history"]["drafted"] == 0
 
 
 def test_migration_through_pool_has_no_reprefill(tiny, reference):
@@ -86,6 +90,8 @@ def test_update_weights_changes_outputs_and_version(tiny, reference):
         assert c.update_weights(state) == 1
         out = c.rollout(groups(), policy="context", progress=False)
     assert {rec["weight_version"] for rec in out.records()} == {1}
+    assert out.onpolicy["instance_versions"] == [1, 1] and out.onpolicy["warnings"] == []
+    assert list(out.onpolicy["kv_imports_by_version"]) == ["1"]  # the pool was emptied with the old weights
     assert [r.token_ids for r in out.result.responses] != reference
 
 
@@ -115,6 +121,7 @@ def test_process_backend_matches_inprocess(tiny, reference, policy):
     if policy == "seer":  # every backend reports its drafting, summed over the workers' replicas
         spec = out.result.stats["spec"]
         assert spec["steps"] > 0 and spec["tau"] >= 1.0 and spec["accepted"] <= spec["drafted"]
+        assert spec["by_source"]["group"]["drafted"] + spec["by_source"]["history"]["drafted"] == spec["drafted"]
 
 
 def test_process_backend_survives_a_killed_instance(tiny, reference):

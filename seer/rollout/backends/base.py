@@ -120,24 +120,33 @@ class Backend(abc.ABC):
     @staticmethod
     def _spec_stats(drafts: Any, result: RolloutResult) -> dict:
         """Drafting stats: the draft server's own (per group included) where it runs here, else the instances'
-        summed verification counters (tau and acceptance; remote replicas keep their per-group counters)."""
+        summed verification counters (tau and acceptance; remote replicas keep their per-group counters); and
+        in both cases ``by_source``, the instances' counters split by where the drafts came from."""
+        instances = list(result.stats["instances"].values())
+        total = _summed(instances, "spec_drafted", "spec_accepted", "spec_steps")
+        history = _summed(instances, "history_drafted", "history_accepted", "history_steps")
+        group = SpecCounters(total.drafted - history.drafted, total.accepted - history.accepted,
+                             total.bonus - history.bonus, total.steps - history.steps)
+        by_source = {name: {k: c.as_dict()[k] for k in ("drafted", "accepted", "steps", "tau", "accept_rate")}
+                     for name, c in (("group", group), ("history", history))}
         metrics = getattr(drafts, "metrics", None)
         if metrics is not None:
-            return metrics.as_dict()
-        total = SpecCounters()
-        for st in result.stats["instances"].values():
-            total.drafted += int(st.get("spec_drafted", 0))
-            total.accepted += int(st.get("spec_accepted", 0))
-            total.bonus += int(st.get("spec_bonus", 0))
-            total.steps += int(st.get("spec_steps", 0))
+            return {**metrics.as_dict(), "by_source": by_source}
         out = total.as_dict()
         for unknown in ("plain_steps", "tokens_per_step"):  # remote instances do not count plain steps
             out.pop(unknown)
-        return out
+        return {**out, "by_source": by_source}
 
     @abc.abstractmethod
     def close(self) -> None:
         """Stop the instances and free what they hold."""
+
+
+def _summed(stats: list[dict], drafted: str, accepted: str, steps: str) -> SpecCounters:
+    """Verification counters summed over instances' stats: every verification step emits one bonus token."""
+    n = sum(int(st.get(steps, 0)) for st in stats)
+    return SpecCounters(sum(int(st.get(drafted, 0)) for st in stats), sum(int(st.get(accepted, 0)) for st in stats),
+                        n, n)
 
 
 class BroadcastDrafts:

@@ -227,7 +227,8 @@ class ScheduledInstance(Instance):
         return dict(self.counters, reprefill_reasons=self.reprefill_reasons(),
                     **{k: delta[k] for k in ("preemptions", "reprefill_tokens", "prompt_tokens_computed",
                                              "output_tokens", "spec_drafted", "spec_accepted", "spec_steps",
-                                             "spec_bonus")})
+                                             "spec_bonus", "history_drafted", "history_accepted",
+                                             "history_steps")})
 
     def reprefill_reasons(self) -> dict[str, int]:
         """Tokens this instance recomputed in this rollout, by reason (failed imports, preemption)."""
