@@ -33,13 +33,24 @@ def test_the_library_does_not_import_the_command_layer() -> None:
     assert not offenders, "library modules import the command layer:\n" + "\n".join(offenders)
 
 
+def test_only_the_command_line_imports_the_command_line() -> None:
+    """The benchmark verbs share the rollout's flags through the library (seer/rollout/arguments.py), not cli/."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if not module.startswith("seer.cli") and any(n.startswith("seer.cli") for n in _imports(path)):
+            offenders.append(module)
+    assert not offenders, f"modules outside seer/cli import it: {offenders}"
+
+
 def test_the_control_plane_imports_no_torch() -> None:
     modules = ["seer.engine.scheduler", "seer.engine.decode_reserve", "seer.engine.block_manager", "seer.engine.step",
                "seer.engine.config",
                "seer.rollout.request_buffer",
                "seer.rollout.orderings", "seer.rollout.critical_path", "seer.rollout.driver",
                "seer.rollout.kv_pool", "seer.rollout.stall", "seer.rollout.virtual_time",
-               "seer.rollout.step_cost", "seer.rollout.bound", "seer.rollout.config", "seer.spec.suffix_tree",
+               "seer.rollout.step_cost", "seer.rollout.bound", "seer.rollout.config", "seer.rollout.onpolicy",
+               "seer.spec.suffix_tree",
                "seer.spec.draft_server", "seer.spec.budget", "seer.spec.policy",
                "seer.sim.simulate"]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"

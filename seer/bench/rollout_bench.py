@@ -39,7 +39,7 @@ HOW_TO_READ = ("How to read it: vs verl = verl's makespan / this one's (same tok
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
-    from seer.cli.rollout import add_rollout_args
+    from seer.rollout.arguments import add_rollout_args
 
     p = bsub.add_parser("rollout", help="rollout policies side by side on a trace")
     add_rollout_args(p)
@@ -215,7 +215,7 @@ def run_sample(args: argparse.Namespace, model: Path,
                groups: list[GroupInput]) -> tuple[dict[str, Any], dict[str, RolloutResult]]:
     """Every policy (and the peer, if asked) on ``groups``, each with the KV budget ``kv_blocks_for`` sets for
     them: the report ``--json`` holds, and each policy's result (for the plot)."""
-    from seer.cli.rollout import rollout_config
+    from seer.rollout.arguments import rollout_config
     from seer.rollout.coordinator import RolloutCoordinator
     from seer.rollout.metrics import compare, reference_ratios
     from seer.rollout.policies import parse_policies
@@ -269,8 +269,8 @@ def run(args: argparse.Namespace) -> int:
         return code
     parse_policies(args.policies)  # a bad name fails before anything runs
     check_peer(args.peer)
-    from seer.cli.rollout import build_groups
     from seer.models.prepare import resolve_model
+    from seer.rollout.arguments import build_groups
 
     model = resolve_model(args.model)
     groups = build_groups(args, model)

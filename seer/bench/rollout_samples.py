@@ -185,7 +185,7 @@ def plot_samples(summary: dict[str, Any], path: Path, title: str) -> Path:
 
 def run_one(args: argparse.Namespace, model: Path, index: int) -> dict[str, Any]:
     """Sample ``index``: the single-sample bench with ``--seed`` advanced by ``index``; its report."""
-    from seer.cli.rollout import build_groups
+    from seer.rollout.arguments import build_groups
 
     seed = args.seed + index
     sample_args = argparse.Namespace(**{**vars(args), "seed": seed})
@@ -199,8 +199,8 @@ def run_one(args: argparse.Namespace, model: Path, index: int) -> dict[str, Any]
 
 def run_samples(args: argparse.Namespace) -> int:
     """The samples ``--json`` lacks, one after another, the file rewritten after each; then the summary."""
-    from seer.cli.rollout import rollout_config
     from seer.models.prepare import resolve_model
+    from seer.rollout.arguments import rollout_config
     from seer.rollout.policies import parse_policies
 
     check_args(args)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seer.cli.rollout import build_groups, length_scale_arg, resolve_auto_length_scale
 from seer.engine.config import EngineConfig
+from seer.rollout.arguments import build_groups, length_scale_arg, resolve_auto_length_scale
 from seer.rollout.length_scale import MIN_SCALE, auto_length_scale, measure_decode_rate
 from seer.rollout.workload import ReplayOptions
 from tests.models.helpers import make_tiny_model_dir
@@ -64,7 +64,7 @@ def test_the_cli_accepts_auto_or_a_number() -> None:
 
 
 def rollout_args(**kw: object) -> argparse.Namespace:
-    from seer.cli.rollout import add_rollout_args
+    from seer.rollout.arguments import add_rollout_args
 
     p = argparse.ArgumentParser()
     add_rollout_args(p)
