@@ -5,14 +5,13 @@ fault-free greedy run. The local-process cells spawn workers (a few seconds each
 import pytest
 
 from seer.bench.faults_bench import POINTS, Cell, matrix_config, run_matrix
-from tests.models.helpers import make_tiny_model_dir
 
 CONFIG = matrix_config()
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(make_tiny_model_dir(tmp_path_factory.mktemp("faults"), family="qwen2", seed=3))
+def tiny(tiny_model_dir):
+    return str(tiny_model_dir("qwen2", 3))
 
 
 def _assert_all_ok(cells: list[Cell]) -> None:

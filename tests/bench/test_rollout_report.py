@@ -11,12 +11,12 @@ import pytest
 
 from seer.bench.rollout_bench import HOW_TO_READ, policy_line, report_text, setup_line
 from seer.cli.main import main
-from tests.models.helpers import make_tiny_model_dir
+from tests.conftest import TinyModelDir
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model_dir(tmp_path_factory.mktemp("report"), family="qwen2", seed=3)
+def tiny(tiny_model_dir: TinyModelDir) -> Path:
+    return tiny_model_dir("qwen2", 3)
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ import pytest
 from seer.bench import rollout_bench
 from seer.bench.rollout_samples import recorded_samples, summarize
 from seer.cli.main import main
-from tests.models.helpers import make_tiny_model_dir
+from tests.conftest import TinyModelDir
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model_dir(tmp_path_factory.mktemp("samples"), family="qwen2", seed=3)
+def tiny(tiny_model_dir: TinyModelDir) -> Path:
+    return tiny_model_dir("qwen2", 3)
 
 
 @pytest.fixture

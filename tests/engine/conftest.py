@@ -1,12 +1,9 @@
 import pytest
 
-from tests.models.helpers import make_tiny_model_dir
-
 
 @pytest.fixture(scope="session")
-def tiny_dirs(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("tiny_models")
-    return {fam: make_tiny_model_dir(root / fam, family=fam, seed=7) for fam in ("llama", "qwen2", "qwen3")}
+def tiny_dirs(tiny_model_dir) -> dict:
+    return {fam: tiny_model_dir(fam, 7) for fam in ("llama", "qwen2", "qwen3")}
 
 
 @pytest.fixture(scope="session")

@@ -5,23 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.models.helpers import FAMILIES, make_tiny_model_dir
+from tests.conftest import one_torch_thread
+from tests.models.helpers import FAMILIES
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from threads, and on a busy 2-core box every multi-threaded op can wait a whole
-    scheduler time slice (~20 ms) for its second thread; one thread keeps these tests fast and deterministic."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+_one_thread = one_torch_thread()
 
 
 @pytest.fixture(scope="session")
-def tiny_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny-models")
-    return {family: make_tiny_model_dir(root, family) for family in FAMILIES}
+def tiny_dirs(tiny_model_dir):
+    return {family: tiny_model_dir(family, 0) for family in FAMILIES}
 
 
 @pytest.fixture(scope="session")

@@ -7,19 +7,12 @@
 """
 
 import pytest
-import torch
 
-from tests.models.helpers import make_tiny_model_dir
+from tests.conftest import one_torch_thread
 
-
-@pytest.fixture(scope="package", autouse=True)
-def one_torch_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+_one_thread = one_torch_thread("package")
 
 
 @pytest.fixture(scope="session")
-def tiny(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("rl-model"), family="qwen2", seed=0)
+def tiny(tiny_model_dir):
+    return tiny_model_dir("qwen2", 0)

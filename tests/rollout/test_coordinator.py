@@ -14,12 +14,11 @@ from seer.rollout.instances.worker import WorkerSpec, _build
 from seer.rollout.types import FaultPlan, GroupInput, RolloutStalled
 from seer.sampling_params import SamplingParams
 from tests.conftest import rollout_config
-from tests.models.helpers import make_tiny_model_dir
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("coord"), family="qwen2", seed=3)
+def tiny(tiny_model_dir):
+    return tiny_model_dir("qwen2", 3)
 
 
 def groups(n=4, g=4, max_tokens=24):

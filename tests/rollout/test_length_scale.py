@@ -12,12 +12,12 @@ from seer.engine.config import EngineConfig
 from seer.rollout.arguments import build_groups, length_scale_arg, resolve_auto_length_scale
 from seer.rollout.length_scale import MIN_SCALE, auto_length_scale, measure_decode_rate
 from seer.rollout.workload import ReplayOptions
-from tests.models.helpers import make_tiny_model_dir
+from tests.conftest import TinyModelDir
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model_dir(tmp_path_factory.mktemp("scale"), family="llama")
+def model_dir(tiny_model_dir: TinyModelDir) -> Path:
+    return tiny_model_dir("llama", 0)
 
 
 def scaler(lengths: list[int], max_len: int | None = None):

@@ -8,12 +8,11 @@ import pytest
 from seer.models.tokenizer import Tokenizer
 from seer.rollout.workload import ReplayOptions, groups_from_prompts, groups_from_trace
 from seer.sampling_params import SamplingParams
-from tests.models.helpers import make_tiny_model_dir
 
 
 @pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    return Tokenizer.from_dir(make_tiny_model_dir(tmp_path_factory.mktemp("wl"), family="llama"))
+def tok(tiny_model_dir):
+    return Tokenizer.from_dir(tiny_model_dir("llama", 0))
 
 
 def test_prompts_file_groups(tok, tmp_path):

@@ -11,28 +11,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from seer.engine.speculator import SpecConfig
 from seer.rollout.coordinator import RolloutCoordinator
-from tests.conftest import rollout_config
-from tests.models.helpers import make_tiny_model_dir
+from tests.conftest import TinyModelDir, one_torch_thread, rollout_config
 
 MODEL_NAME = "tiny"
 
 
-@pytest.fixture(scope="package", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+_one_thread = one_torch_thread("package")
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model_dir(tmp_path_factory.mktemp("server-model"), family="qwen2", seed=3,
-                               max_position_embeddings=1024)
+def tiny_model(tiny_model_dir: TinyModelDir) -> Path:
+    return tiny_model_dir("qwen2", 3, max_position_embeddings=1024)
 
 
 def make_coordinator(model: Path, **overrides: object) -> RolloutCoordinator:

@@ -33,7 +33,6 @@ from seer.sim.cost_model import CostConstants, CostModel
 from seer.sim.pool import SimKVPool
 from seer.sim.sim_instance import SimInstance
 from seer.spec.draft_server import DraftServer
-from tests.models.helpers import make_tiny_model_dir
 from tests.sim.helpers import small_cluster
 
 VOCAB = 128
@@ -80,8 +79,8 @@ def speculators(speculative: bool) -> tuple[list[Speculator | None], DraftServer
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):  # noqa: ANN001, ANN201
-    return make_tiny_model_dir(tmp_path_factory.mktemp("parity"), family="qwen2", seed=5, vocab_size=VOCAB)
+def tiny(tiny_model_dir):  # noqa: ANN001, ANN201
+    return tiny_model_dir("qwen2", 5, vocab_size=VOCAB)
 
 
 @pytest.mark.parametrize("policy", ["verl", "divided", "context", "seer", "seer-paper", "oracle"])
