@@ -1,4 +1,5 @@
-"""``seer bench engine|spec|rollout|serve|soak|faults``: side-by-side benchmarks, ratios measured in one run."""
+"""``seer bench engine|spec|rollout|serve|soak|faults|onpolicy``: side-by-side benchmarks, ratios measured in one
+run, and the on-policy checks of a model and its sampling settings."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--json", default=None,
                    help="write the report here as JSON (a PNG plot beside it where the command makes one)")
     e.set_defaults(func=run_engine)
-    for name in ("spec", "rollout", "serve", "soak", "faults"):
+    for name in ("spec", "rollout", "serve", "soak", "faults", "onpolicy"):
         try:
             mod = __import__(f"seer.bench.{name}_bench", fromlist=["add_parser"])
         except ModuleNotFoundError:

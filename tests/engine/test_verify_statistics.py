@@ -24,14 +24,14 @@ direction: at N = 3000 the two broken verifiers below get p-values of 1e-149 and
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 from seer.engine.sampler import RowSpec, Sampler
+from seer.utils.stats import detectable_tv, goodness_of_fit
+from tests.conftest import one_torch_thread
 
 V = 64
 ALPHA = 1e-3
@@ -51,14 +51,9 @@ SHAPES: dict[str, tuple[int, list[int] | None]] = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """The rows are 64 floats: intra-op threads only add synchronisation (7 ms instead of 0.5 ms per verify on a
-    2-core machine with the other core busy)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# the rows are 64 floats: intra-op threads only add synchronisation (7 ms instead of 0.5 ms per verify on a 2-core
+# machine with the other core busy)
+_one_thread = one_torch_thread()
 
 
 def logits_table() -> torch.Tensor:
@@ -67,66 +62,11 @@ def logits_table() -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- statistics
-def chi2_sf(x: float, df: int) -> float:
-    """Survival function of the chi-square distribution (regularised upper incomplete gamma)."""
-    a = torch.tensor(df / 2, dtype=torch.float64)
-    return float(torch.special.gammaincc(a, torch.tensor(x / 2, dtype=torch.float64)))
-
-
-def chi2_isf(alpha: float, df: int) -> float:
-    lo, hi = 0.0, 10.0 * df + 100.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if chi2_sf(mid, df) > alpha else (lo, mid)
-    return hi
-
-
-def noncentral_power(lam: float, df: int, alpha: float) -> float:
-    """P(noncentral chi-square(df, lam) > the central critical value): a Poisson(lam / 2) mixture of central ones."""
-    crit = chi2_isf(alpha, df)
-    half = lam / 2
-    weight, total = math.exp(-half), 0.0
-    for j in range(int(half + 12 * math.sqrt(half + 1) + 30)):
-        total += weight * chi2_sf(crit, df + 2 * j)
-        weight *= half / (j + 1)
-    return total
-
-
-def detectable_tv(n: int, bins: int, alpha: float = ALPHA, power: float = 0.9) -> float:
-    """The smallest total variation on ``bins`` bins that ``n`` draws detect with ``power`` in any direction."""
-    lo, hi = 0.0, 1000.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if noncentral_power(mid, bins - 1, alpha) < power else (lo, mid)
-    return math.sqrt(hi / (4 * n))
-
-
-def pooled(observed: list[int], expected: list[float], minimum: float = 5.0) -> tuple[list[float], list[float]]:
-    """Bins with positive expectation; the smallest are pooled (in order of expectation) until each pool reaches
-    ``minimum``, a remainder joins the last pool."""
-    obs: list[float] = []
-    exp: list[float] = []
-    acc_o, acc_e = 0.0, 0.0
-    for i in sorted((i for i, e in enumerate(expected) if e > 0), key=lambda i: expected[i]):
-        acc_o, acc_e = acc_o + observed[i], acc_e + expected[i]
-        if acc_e >= minimum:
-            obs.append(acc_o)
-            exp.append(acc_e)
-            acc_o, acc_e = 0.0, 0.0
-    if acc_e > 0:
-        obs[-1] += acc_o
-        exp[-1] += acc_e
-    return obs, exp
-
-
 def gof_pvalue(counts: list[int], probs: list[float]) -> tuple[float, int]:
-    """Pearson goodness-of-fit p-value and number of bins; 0.0 if anything landed where the target has no mass."""
-    n = sum(counts)
-    obs, exp = pooled(counts, [n * p for p in probs])
-    if any(c > 0 and p <= 0 for c, p in zip(counts, probs)):
-        return 0.0, len(obs)
-    stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp))
-    return chi2_sf(stat, len(obs) - 1), len(obs)
+    """Pearson goodness-of-fit p-value and number of bins (``seer.utils.stats.goodness_of_fit``); 0.0 if anything
+    landed where the target has no mass."""
+    result = goodness_of_fit(counts, probs)
+    return result.pvalue, result.bins
 
 
 # ---------------------------------------------------------------------------------------------- targets and drafts

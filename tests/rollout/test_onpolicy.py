@@ -58,19 +58,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
 import pytest
-import torch
 
+from seer.bench import onpolicy_samples as samples
+from seer.bench.onpolicy_samples import Response, agreement, cross_instance_pairs, sibling_pairs
 from seer.engine.speculator import SpecConfig
 from seer.rollout.coordinator import RolloutCoordinator, RolloutOutput
 from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
-from tests.conftest import rollout_config
-from tests.engine.test_verify_statistics import chi2_sf, detectable_tv
-from tests.models.helpers import make_tiny_model_dir
+from seer.utils import stats
+from seer.utils.stats import detectable_tv
+from tests.conftest import TinyModelDir, one_torch_thread, rollout_config
 
 ALPHA = 1e-3
 N = 2000                      # responses per arm
@@ -80,36 +81,18 @@ MAX_TOKENS = 4
 STOP = 27                     # sampled with ~10% at positions 2-4 by the seed-3 model: lengths vary
 RL = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=MAX_TOKENS, stop_token_ids=(STOP,))
 COLD = dataclasses.replace(RL, temperature=0.3)  # siblings alike: most drafts accepted
-ENDED = -1                    # "no token at this position": the response stopped before it
 LOGPROB_TOL = 1e-3            # one prefix: float32 rounding across batches and paths; other weights: ~0.1-1
 STATED_TV = {8: 0.090, 40: 0.117, 100: 0.140}  # pooled bins -> detectable total variation at N (module docstring)
 
 
-@dataclasses.dataclass(frozen=True)
-class Response:
-    tokens: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    group: int
-    instances: tuple[int, ...] = ()  # rollouts: the instance of each chunk
-
-
 # ---------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models gain nothing from intra-op threads; on a busy 2-core machine they only add waits. Module scope,
-    so the module's fixtures (which do the sampling) run under it too."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+_one_thread = one_torch_thread("module")  # module scope: the module's fixtures, which do the sampling, run under it
 
 
 @pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def model_dirs(tiny_model_dir: TinyModelDir) -> dict[str, Path]:
     """The policy before ("old") and after ("new") a weight update: two random tiny models of one shape."""
-    root = tmp_path_factory.mktemp("onpolicy")
-    return {"old": make_tiny_model_dir(root, family="qwen2", seed=3),
-            "new": make_tiny_model_dir(root, family="qwen2", seed=4)}
+    return {"old": tiny_model_dir("qwen2", 3), "new": tiny_model_dir("qwen2", 4)}
 
 
 @pytest.fixture(scope="module")
@@ -145,13 +128,7 @@ def llm_sample(model: Path, params: SamplingParams, seed: int, speculative: Spec
 
     llm = LLM(model, dtype="float32", block_size=4, num_kv_blocks=2048, seed=seed, max_num_seqs=max_num_seqs,
               speculative=speculative)
-    per_group = [dataclasses.replace(params, n=group, seed=None if params.seed is None else params.seed + g)
-                 for g in range(N // group)]
-    outs = llm.generate([list(PROMPT)] * len(per_group), per_group, use_tqdm=False)
-    st = llm.engine.stats
-    counters = dict(drafted=st.spec_drafted, accepted=st.spec_accepted, steps=st.spec_steps)
-    return [Response(tuple(c.token_ids), tuple(c.logprobs), g) for g, out in enumerate(outs)
-            for c in out.outputs], counters
+    return samples.llm_sample(llm, PROMPT, params, N, group, max_num_seqs)
 
 
 def coordinator(model: Path, chunk_tokens: int, instances: int = 3) -> RolloutCoordinator:
@@ -173,47 +150,22 @@ def responses(out: RolloutOutput) -> list[Response]:
 
 
 # ---------------------------------------------------------------------------------------------- statistics
-def homogeneity(a: Sequence[Hashable], b: Sequence[Hashable], minimum: float = 20.0) -> tuple[float, int]:
-    """Pearson chi-square two-sample test that ``a`` and ``b`` come from one distribution: (p-value, pooled bins).
-    Categories are pooled in order of their combined count until each pool expects >= ``minimum`` in each sample;
-    a remainder joins the last pool."""
-    ca, cb = Counter(a), Counter(b)
-    na, nb = len(a), len(b)
-    smaller = min(na, nb) / (na + nb)
-    pools: list[list[int]] = []
-    acc = [0, 0]
-    for key in sorted(set(ca) | set(cb), key=lambda k: (ca[k] + cb[k], repr(k))):
-        acc = [acc[0] + ca[key], acc[1] + cb[key]]
-        if (acc[0] + acc[1]) * smaller >= minimum:
-            pools.append(acc)
-            acc = [0, 0]
-    if acc[0] + acc[1]:
-        if pools:
-            pools[-1] = [pools[-1][0] + acc[0], pools[-1][1] + acc[1]]
-        else:
-            pools.append(acc)
-    if len(pools) < 2:
-        return 1.0, len(pools)
-    stat = 0.0
-    for oa, ob in pools:
-        ea, eb = (oa + ob) * na / (na + nb), (oa + ob) * nb / (na + nb)
-        stat += (oa - ea) ** 2 / ea + (ob - eb) ** 2 / eb
-    return chi2_sf(stat, len(pools) - 1), len(pools)
+def homogeneity(a: Sequence[Hashable], b: Sequence[Hashable]) -> tuple[float, int]:
+    """Pearson chi-square two-sample test (``seer.utils.stats.homogeneity``: pools expecting >= 20 per sample):
+    (p-value, pooled bins)."""
+    result = stats.homogeneity(a, b)
+    return result.pvalue, result.bins
 
 
 def features(sample: Sequence[Response]) -> dict[str, list[Hashable]]:
-    """What is compared: the token at each position (ENDED once stopped), the length, the first two tokens."""
-    out: dict[str, list[Hashable]] = {
-        f"token{k + 1}": [r.tokens[k] if len(r.tokens) > k else ENDED for r in sample] for k in range(MAX_TOKENS)}
-    out["length"] = [len(r.tokens) for r in sample]
-    out["tokens1-2"] = [r.tokens[:2] for r in sample]
-    return out
+    """What is compared (``seer.bench.onpolicy_samples.features``): the token at each position (ENDED once
+    stopped), the length, the first two tokens."""
+    return samples.features(sample, MAX_TOKENS)
 
 
 def compare(arm: Sequence[Response], reference: Sequence[Response]) -> dict[str, tuple[float, int]]:
     """Feature -> (p-value, pooled bins) of ``arm`` against ``reference``."""
-    fa, fr = features(arm), features(reference)
-    return {name: homogeneity(fa[name], fr[name]) for name in fa}
+    return {name: (t.pvalue, t.bins) for name, t in samples.compare(arm, reference, MAX_TOKENS).items()}
 
 
 def assert_same_distribution(arm: Sequence[Response], reference: Sequence[Response], what: str) -> None:
@@ -243,35 +195,6 @@ def assert_reference_logprobs(sample: Sequence[Response], reference: Sequence[Re
     good, bad = logprob_agreement(sample, logprob_table(reference))
     total = sum(len(r.tokens) for r in sample)
     assert bad == 0 and good >= total // 2, (what, good, bad, total)
-
-
-def cross_instance_pairs(sample: Sequence[Response]) -> list[tuple[Response, Response]]:
-    """Disjoint pairs of siblings whose first tokens were sampled on different instances: per group, repeatedly
-    one sibling from each of the two instances with the most unpaired siblings."""
-    pairs: list[tuple[Response, Response]] = []
-    by_group: dict[int, dict[int, list[Response]]] = {}
-    for r in sample:
-        by_group.setdefault(r.group, {}).setdefault(r.instances[0], []).append(r)
-    for buckets in by_group.values():
-        while True:
-            full = sorted((b for b in buckets.values() if b), key=len, reverse=True)
-            if len(full) < 2:
-                break
-            pairs.append((full[0].pop(), full[1].pop()))
-    return pairs
-
-
-def sibling_pairs(sample: Sequence[Response]) -> list[tuple[Response, Response]]:
-    """Disjoint pairs of siblings: (0, 1), (2, 3), ... of each group (independent pairs if siblings are)."""
-    by_group: dict[int, list[Response]] = {}
-    for r in sample:
-        by_group.setdefault(r.group, []).append(r)
-    return [(g[i], g[i + 1]) for g in by_group.values() for i in range(0, len(g) - 1, 2)]
-
-
-def agreement(pairs: Sequence[tuple[Response, Response]], k: int | None) -> list[bool]:
-    """Per pair, whether the two responses agree on their first ``k`` tokens (None: entirely)."""
-    return [a.tokens[:k] == b.tokens[:k] for a, b in pairs]
 
 
 # ---------------------------------------------------------------------------------------------- tests
