@@ -4,13 +4,13 @@ report's paths and how to read it; the whole JSON only with --print-json, and th
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 
 from seer.bench.rollout_bench import HOW_TO_READ, policy_line, report_text, setup_line
 from seer.cli.main import main
+from tests.bench.helpers import write_token_trace
 from tests.conftest import TinyModelDir
 
 
@@ -22,15 +22,7 @@ def tiny(tiny_model_dir: TinyModelDir) -> Path:
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
     """Four groups of eight token-id responses (ids below the tiny vocabulary)."""
-    rng = random.Random(0)
-    path = tmp_path / "trace.jsonl"
-    with path.open("w") as f:
-        for i in range(4):
-            responses = [{"token_ids": [rng.randrange(5, 128) for _ in range(rng.randrange(3, 20))] + [2]}
-                         for _ in range(8)]
-            f.write(json.dumps({"group_id": f"g{i}", "prompt_token_ids": [rng.randrange(5, 128) for _ in range(8)],
-                                "responses": responses}) + "\n")
-    return path
+    return write_token_trace(tmp_path / "trace.jsonl", 4, 20)
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ every sample, resumes after the recorded ones, refuses a file of another setup; 
 from __future__ import annotations
 
 import json
-import random
 import statistics
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from seer.bench import rollout_bench
 from seer.bench.rollout_samples import recorded_samples, summarize
 from seer.cli.main import main
+from tests.bench.helpers import write_token_trace
 from tests.conftest import TinyModelDir
 
 
@@ -24,16 +24,7 @@ def tiny(tiny_model_dir: TinyModelDir) -> Path:
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
     """Six groups of eight token-id responses (ids below the tiny vocabulary), lengths spread so tails show."""
-    rng = random.Random(0)
-    path = tmp_path / "trace.jsonl"
-    with path.open("w") as f:
-        for i in range(6):
-            responses = [{"token_ids": [rng.randrange(5, 128) for _ in range(rng.randrange(3, 24))] + [2]}
-                         for _ in range(8)]
-            rec = {"group_id": f"g{i}", "prompt_token_ids": [rng.randrange(5, 128) for _ in range(8)],
-                   "responses": responses}
-            f.write(json.dumps(rec) + "\n")
-    return path
+    return write_token_trace(tmp_path / "trace.jsonl", 6, 24)
 
 
 @pytest.fixture(autouse=True)
