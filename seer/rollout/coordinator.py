@@ -100,12 +100,14 @@ class RolloutCoordinator:
         result = self.backend.run(pol, groups, chunk_tokens or self.config.chunk_tokens, progress, fault,
                                   listener=listener)
         wall = time.perf_counter() - t0
-        if self.weight_version != version:
-            raise RuntimeError("weights changed during the rollout")
+        versions = self.backend.weight_versions()
+        if set(versions) != {version}:
+            raise RuntimeError(f"weights changed during the rollout: instances at {sorted(set(versions))}, "
+                               f"started at {version}")
         texts = [self.tokenizer.decode(r.token_ids) for r in result.responses]
         if self.pool_version is None:
             self.pool_version = version
-        report = self.onpolicy.report(version, self.backend.weight_versions(), self.pool_version,
+        report = self.onpolicy.report(version, versions, self.pool_version,
                                       len(result.responses), result.stats.get("kv_sources") or {},
                                       result.stats.get("spec"))
         return RolloutOutput(result, version, pol.name, wall, texts, list(groups), report)

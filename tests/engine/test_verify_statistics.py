@@ -32,6 +32,7 @@ import torch
 from seer.engine.sampler import RowSpec, Sampler
 from seer.utils.stats import detectable_tv, goodness_of_fit
 from tests.conftest import one_torch_thread
+from tests.engine.test_sampler import reference_filter
 
 V = 64
 ALPHA = 1e-3
@@ -72,14 +73,7 @@ def gof_pvalue(counts: list[int], probs: list[float]) -> tuple[float, int]:
 # ---------------------------------------------------------------------------------------------- targets and drafts
 def reference_filtered(logits: torch.Tensor, temperature: float, top_p: float, top_k: int) -> torch.Tensor:
     """Float64 softmax(logits / T), then top-k, then top-p (a token stays while the mass before it is < top_p)."""
-    p = torch.softmax(logits.double() / temperature, dim=-1)
-    ranked, order = p.sort(descending=True)
-    keep = torch.ones_like(ranked, dtype=torch.bool)
-    if top_k > 0:
-        keep[top_k:] = False
-    keep &= (ranked.cumsum(0) - ranked) < top_p
-    out = torch.zeros_like(p).scatter_(0, order, ranked * keep)
-    return out / out.sum()
+    return reference_filter(torch.softmax(logits.double() / temperature, dim=-1), top_k, top_p)
 
 
 def targets(logits: torch.Tensor, row: RowSpec) -> torch.Tensor:
