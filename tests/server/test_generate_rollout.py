@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -84,7 +85,11 @@ def test_rollout_streams_each_group_as_it_finishes(server, reference_llm):
                for line in by_group.values() for r in line["responses"])
 
 
-def test_separate_requests_for_one_prompt_form_one_group(server, state, reference_llm):
+def test_separate_requests_for_one_prompt_form_one_group(server, state, reference_llm, monkeypatch):
+    # a window wide enough that a loaded CI machine cannot split 8 concurrent requests by timing alone
+    monkeypatch.setattr(state.batcher, "config", replace(state.batcher.config, batch_window_s=1.0,
+                                                         batch_max_wait_s=5.0))
+
     async def send(client: httpx.AsyncClient, i: int, group_id: str | None) -> dict:
         extra = {"group_id": group_id} if group_id else {}
         r = await client.post("/v1/completions", json={"model": MODEL_NAME, "prompt": "same prompt", "n": 1,
