@@ -20,7 +20,8 @@ expected to end last run alone, with the whole draft budget) and grouped specula
 combinations on several seeded samples of two traces (benchmarks/README.md). `seer-paper` is the paper's stack
 as published, for comparison: the group-estimate order, no placement. `seer-oracle` is `seer` told every
 response's true length (longest remaining first, placement and drafting as in `seer`): a reference, not a
-policy, whose gap to `seer` is what any better length estimate could still win.
+policy, whose gap to `seer` is what any better length estimate could still win. `seer-nodraft` is `seer` without
+grouped speculation: run beside `seer`, it shows what drafting gains or costs on the same workload.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ POLICIES: dict[str, RolloutPolicy] = {
         RolloutPolicy("divided", divided=True, ordering="fifo", speculative=False),
         RolloutPolicy("context", divided=True, ordering="context", speculative=False),
         RolloutPolicy("seer", divided=True, ordering="context", speculative=True, critical=True, rank="attained"),
+        RolloutPolicy("seer-nodraft", divided=True, ordering="context", speculative=False, critical=True,
+                      rank="attained"),
         RolloutPolicy("seer-paper", divided=True, ordering="context", speculative=True, rank="group"),
         RolloutPolicy("oracle", divided=True, ordering="oracle", speculative=False),
         RolloutPolicy("seer-oracle", divided=True, ordering="oracle", speculative=True, critical=True),

@@ -299,20 +299,23 @@ def test_outgrown_request_is_ranked_as_a_runaway() -> None:
 
 
 def test_attained_rank_tests_every_request_before_it_trusts_estimates() -> None:
-    """rank="attained": first the requests whose hedged remaining is their whole budget (a runaway, or a group
-    that may run to max_tokens), longest first; then those that have outgrown every finished sibling; then the
-    rest least generated first, whatever their group's estimate: a runaway among siblings of a short group
-    reveals itself only by running past them, so it may not wait for the long groups to finish."""
-    buf = context_buffer(groups=3, size=3, max_tokens=1000, rank="attained")
-    for gid, probe in ((0, 40), (1, 400), (2, 40)):
-        run_chunk(buf, gid, 0, probe, finished=True)  # group 1 long, groups 0 and 2 short
+    """rank="attained": after the probes, first the requests whose hedged remaining is their whole budget (a
+    runaway, or a group that may run to max_tokens), longest first; then those that have outgrown every finished
+    sibling; then the siblings of groups with a finished member, shortest expected remaining first (finishing a
+    short group is what exposes a runaway hidden in it); then the siblings of groups whose probe still runs,
+    least generated first."""
+    buf = context_buffer(groups=5, size=3, max_tokens=1000, rank="attained")
+    for gid, probe in ((0, 40), (1, 400), (2, 40), (4, 100)):
+        run_chunk(buf, gid, 0, probe, finished=True)  # group 1 long, group 4 medium, groups 0 and 2 short
     run_chunk(buf, 0, 1, 20)    # behind its finished sibling
     run_chunk(buf, 2, 1, 50)    # past its finished sibling (40): outgrown
     run_chunk(buf, 2, 2, 600)   # far past it: a runaway
     run_chunk(buf, 1, 1, 10)
+    run_chunk(buf, 3, 0, 10)    # group 3's probe still runs
+    run_chunk(buf, 3, 1, 5)
     assert buf.ordering.estimated_remaining(buf.groups[2].requests[2], buf.groups[2]) == 400
     first = order(buf)
-    assert first == [(1, 2), (1, 1), (2, 2), (2, 1), (0, 2), (0, 1)]
+    assert first == [(3, 0), (1, 2), (1, 1), (2, 2), (2, 1), (0, 1), (0, 2), (4, 1), (4, 2), (3, 2), (3, 1)]
     buf.check_integrity()
 
 

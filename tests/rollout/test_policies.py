@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from seer.rollout.policies import (
@@ -16,8 +18,9 @@ from seer.rollout.policies import (
 
 
 def test_the_policies() -> None:
-    assert policy_names() == ["verl", "divided", "context", "seer", "seer-paper", "oracle", "seer-oracle",
-                              "group-oracle"]
+    assert policy_names() == ["verl", "divided", "context", "seer", "seer-nodraft", "seer-paper", "oracle",
+                              "seer-oracle", "group-oracle"]
+    assert get_policy("seer-nodraft") == replace(get_policy("seer"), name="seer-nodraft", speculative=False)
     assert get_policy("verl") == RolloutPolicy("verl", divided=False, ordering="fifo", speculative=False)
     assert get_policy("verl").preempts and not get_policy("divided").preempts
     assert get_policy("context").ordering == "context" and not get_policy("context").speculative

@@ -36,7 +36,9 @@ groups by L_g (longest finished sibling, max_tokens before any finishes), member
 0.925 / 0.932 / 0.872 for `group`; on the real engine the two are within run-to-run noise (README).
 `rank="attained"` keeps the estimate but trusts it less: requests whose hedged remaining is their whole budget
 (runaways, groups that may run to max_tokens) go first, longest first; then requests that have outgrown every
-finished sibling; then everything else least generated first. A runaway among the siblings of a short group
+finished sibling, least generated first; then the other siblings of groups with a finished member, shortest
+expected remaining first (finishing a short group is cheap and exposes a runaway hidden in it); then siblings of
+groups whose probe still runs, least generated first. A runaway among the siblings of a short group
 reveals itself only by running past them, and `remaining` starts it last, after the long groups; where one
 response alone takes longer than the rest of the work (few groups per instance, slow batch-1 steps) that sets
 the makespan. A starvation
@@ -149,9 +151,11 @@ class ContextOrdering(Ordering):
 
     def _key(self, req: RolloutRequest, group: Group) -> tuple[int, float]:
         """Heap key of a non-probe: (class, value), smallest first. ``remaining``: one class, longest hedged
-        remaining first. ``attained``: requests whose hedged remaining is their whole budget (a runaway, or a group
-        whose length may reach max_tokens) longest first, then requests that have outgrown every finished
-        sibling, then the rest, each of the two least generated first."""
+        remaining first. ``attained``: (0) requests whose hedged remaining is their whole budget (a runaway, or a
+        group whose length may reach max_tokens), longest first; (1) requests that have outgrown every finished
+        sibling, least generated first; (2) the other siblings of groups with a finished member, shortest
+        expected remaining first, because finishing a short group costs little and is what exposes a runaway
+        hidden in it; (3) siblings of groups whose probe still runs, least generated first."""
         est = self.estimated_remaining(req, group)
         if self.config.rank != "attained":
             return 0, -est
@@ -159,7 +163,10 @@ class ContextOrdering(Ordering):
             return 0, -est
         if group.finished_lengths and req.generated >= max(group.finished_lengths):
             return 1, float(req.generated)
-        return 2, float(req.generated)
+        if group.finished_lengths:
+            center, sigma = self._length_model(group)
+            return 2, mean_remaining(center, req.generated, sigma, req.max_tokens)
+        return 3, float(req.generated)
 
     def _rekey(self, req: RolloutRequest, group: Group) -> None:
         """A buffered request gets a fresh entry under the current estimate (its old entries go stale)."""
