@@ -79,20 +79,23 @@ class Sampler:
         Works on the most probable few dozen or hundred tokens (a top-k) instead of sorting the vocabulary
         (49k-152k), which cost more than the rest of a decode step. A row filtered by top_p alone is covered
         once those candidates' mass reaches top_p (the first token outside has at least top_p before it);
-        otherwise the whole vocabulary is sorted. With ``log_z``, the rows are unnormalised log-probabilities
-        (shifted logits) and ``log_z`` is their log-normaliser.
+        otherwise the candidates grow sixteenfold (a flat row at a high temperature) and, as the last resort, the
+        whole vocabulary is sorted (a top-4096 costs a fifth of that sort on a 49k vocabulary). With ``log_z``,
+        the rows are unnormalised log-probabilities (shifted logits) and ``log_z`` is their log-normaliser.
         """
         vocab = logprobs.shape[-1]
         p_only = [j for j, r in enumerate(rows) if r.top_k <= 0]
         width = min(vocab, max([r.top_k for r in rows] + ([floor] if p_only else [])))
         shift = 0.0 if log_z is None else log_z[:, None]
-        top, order = logprobs.topk(width, dim=-1)
-        values = fast_exp(top - shift)
-        if width < vocab and p_only:
+        while True:
+            top, order = logprobs.topk(width, dim=-1) if width < vocab else logprobs.sort(dim=-1, descending=True)
+            values = fast_exp(top - shift)
+            if width == vocab or not p_only:
+                break
             mass = values[p_only].sum(dim=-1).tolist()
-            if any(m < rows[j].top_p for m, j in zip(mass, p_only)):
-                top, order = logprobs.sort(dim=-1, descending=True)
-                values = fast_exp(top - shift)
+            if all(m >= rows[j].top_p for m, j in zip(mass, p_only)):
+                break
+            width = min(vocab, width * 16)
         keep = torch.ones_like(values, dtype=torch.bool)
         for j, r in enumerate(rows):
             if r.top_k > 0:

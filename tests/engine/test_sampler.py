@@ -95,13 +95,16 @@ def reference_filter(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Ten
     return out / out.sum()
 
 
-@pytest.mark.parametrize("scale", [8.0, 0.05])  # peaked: the candidates hold the nucleus; flat: full sort
-def test_filtering_on_a_large_vocab_matches_a_full_sort(scale: float) -> None:
+# peaked: the first 256 candidates hold the nucleus; between: 4,096 do (~1,500 tokens); flat: the full sort
+@pytest.mark.parametrize(("vocab", "scale"), [(5000, 8.0), (20000, 2.5), (5000, 0.05)])
+def test_filtering_on_a_large_vocab_matches_a_full_sort(vocab: int, scale: float) -> None:
     g = torch.Generator().manual_seed(1)
-    logits = torch.randn(4, 5000, generator=g) * scale
+    logits = torch.randn(4, vocab, generator=g) * scale
     rows = [RowSpec(1.0, top_k=20), RowSpec(0.7, top_p=0.8, top_k=50), RowSpec(1.0, top_p=0.9), RowSpec(1.0)]
     lp = Sampler.logprobs(logits, rows)
     got = Sampler.probs(lp, rows)
+    kept = int((got[2] > 0).sum())
+    assert {8.0: kept <= 256, 2.5: 256 < kept <= 4096, 0.05: kept > 4096}[scale], kept
     for j, r in enumerate(rows):
         want = reference_filter(lp[j].exp(), r.top_k, r.top_p) if r.filtered else lp[j].exp()
         assert torch.allclose(got[j], want, atol=1e-6), j
