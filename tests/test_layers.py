@@ -45,14 +45,14 @@ def test_only_the_command_line_imports_the_command_line() -> None:
 
 def test_the_control_plane_imports_no_torch() -> None:
     modules = ["seer.engine.scheduler", "seer.engine.decode_reserve", "seer.engine.block_manager", "seer.engine.step",
-               "seer.engine.config",
+               "seer.engine.config", "seer.engine.arguments",
                "seer.rollout.request_buffer",
                "seer.rollout.orderings", "seer.rollout.critical_path", "seer.rollout.driver",
                "seer.rollout.kv_pool", "seer.rollout.stall", "seer.rollout.virtual_time",
                "seer.rollout.step_cost", "seer.rollout.bound", "seer.rollout.config", "seer.rollout.onpolicy",
                "seer.spec.suffix_tree",
                "seer.spec.draft_server", "seer.spec.budget", "seer.spec.policy",
-               "seer.sim.simulate"]
+               "seer.sim.simulate", "seer.sim.hardware", "seer.utils.kv_size"]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

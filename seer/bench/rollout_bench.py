@@ -221,7 +221,7 @@ def run_sample(args: argparse.Namespace, model: Path,
     from seer.rollout.policies import parse_policies
 
     policies = [p.name for p in parse_policies(args.policies)]
-    blocks, budget = kv_blocks_for(groups, args.instances, args.kv_fraction, 16, args.chunk_tokens)
+    blocks, budget = kv_blocks_for(groups, args.instances, args.kv_fraction, args.block_size, args.chunk_tokens)
     cfg = rollout_config(args, policies[0], num_kv_blocks=blocks)
     results, reports = {}, {}
     with RolloutCoordinator(model, cfg) as c:

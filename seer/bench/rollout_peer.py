@@ -62,7 +62,7 @@ def sampling_settings(params: Any) -> dict[str, Any]:
 
 
 def kv_cache_bytes(model_dir: str | Path, kv_tokens: int, dtype: str = "bfloat16") -> int:
-    """Bytes of KV cache holding `kv_tokens` tokens of the model: 2 x layers x kv heads x head_dim x itemsize."""
+    """Bytes of KV cache holding `kv_tokens` tokens of the model (``ModelConfig.kv_bytes_per_token``)."""
     import torch
 
     from seer.models.config import ModelConfig

@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 
 from seer.cli.common import read_jsonl, resolve_model, write_json
-from seer.engine.config import EngineConfig
+from seer.engine.arguments import add_engine_args, engine_kwargs
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate completions for prompts")
-    p.add_argument("--model", default=None, help="HF model directory or known name (default smollm2-135m-instruct)")
+    add_engine_args(p)
     p.add_argument("--prompt", action="append", default=[], help="a prompt (chat template applied); repeatable")
     p.add_argument("--prompts", default=None, help="JSONL file of prompts")
     p.add_argument("--limit", type=int, default=None, help="use only the first N prompts of the file")
@@ -31,16 +31,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="random seed (each group and sibling derives its own from it)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="keep generating past the end-of-sequence token, up to --max-tokens")
-    p.add_argument("--dtype", default="auto",
-                   help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
-                        "AMX), else float32; or float32, bfloat16, float16")
-    p.add_argument("--device", default=EngineConfig.device, help="cpu or cuda[:N]")
-    p.add_argument("--kv-cache-gb", type=float, default=EngineConfig.kv_cache_memory_gb,
-                   help="KV cache memory per instance, GiB")
-    p.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs,
-                   help="most sequences an instance runs in one step")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads per engine instance (default: the cores divided among instances)")
     p.add_argument("--out", default=None, help="write results as JSONL here")
     p.add_argument("--json", default=None, help="write a run report (throughput, counts) here")
     p.set_defaults(func=run)
@@ -76,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
     params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             seed=args.seed, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos)
     prompts = load_prompts(args)
-    llm = LLM(resolve_model(args.model), dtype=args.dtype, device=args.device, kv_cache_memory_gb=args.kv_cache_gb,
-              max_num_seqs=args.max_num_seqs, num_threads=args.threads)
+    llm = LLM(resolve_model(args.model), **engine_kwargs(args))
     outputs = llm.generate(prompts, params)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

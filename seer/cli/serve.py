@@ -17,7 +17,7 @@ import os
 import sys
 
 from seer.cli.common import resolve_model
-from seer.engine.config import EngineConfig
+from seer.engine.arguments import add_engine_args, engine_config
 from seer.rollout.backends import BACKENDS
 from seer.rollout.config import RolloutConfig, default_instance_engine
 from seer.server.config import DEFAULT_CHUNK_TOKENS, ServerConfig
@@ -25,7 +25,7 @@ from seer.server.config import DEFAULT_CHUNK_TOKENS, ServerConfig
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve rollouts over HTTP (OpenAI / SGLang compatible)")
-    p.add_argument("--model", default=None, help="HF model directory or known name (default smollm2-135m-instruct)")
+    add_engine_args(p, default_instance_engine())
     p.add_argument("--served-model-name", default=None, help="the name clients use (default: --model as given)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (loopback by default; use 0.0.0.0 to serve other machines)")
@@ -42,17 +42,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a batch closes after this long without a new request")
     p.add_argument("--batch-max-wait-ms", type=float, default=1000.0 * ServerConfig.batch_max_wait_s,
                    help="... or this long after its first one")
-    p.add_argument("--dtype", default="auto",
-                   help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
-                        "AMX), else float32; or float32, bfloat16, float16")
-    p.add_argument("--device", default=EngineConfig.device, help="cpu or cuda[:N]")
-    p.add_argument("--kv-cache-gb", type=float, default=default_instance_engine().kv_cache_memory_gb,
-                   help="KV cache per instance, GiB")
-    p.add_argument("--num-kv-blocks", type=int, default=None,
-                   help="KV cache blocks per instance (overrides --kv-cache-gb)")
-    p.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs,
-                   help="most sequences an instance runs in one step")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per instance")
     p.add_argument("--seed", type=int, default=0, help="random seed (each group and sibling derives its own from it)")
     p.add_argument("--max-body-mb", type=float, default=ServerConfig.max_body_bytes / 2**20,
                    help="largest request body accepted, MiB")
@@ -74,9 +63,7 @@ def _loopback(host: str) -> bool:
 def build_config(args: argparse.Namespace):
     from seer.engine.speculator import SpecConfig
 
-    engine = EngineConfig(dtype=args.dtype, device=args.device, kv_cache_memory_gb=args.kv_cache_gb,
-                          num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs, num_threads=args.threads,
-                          seed=args.seed)
+    engine = engine_config(args, seed=args.seed)
     spec = SpecConfig(adaptive=not args.no_spec_adaptive)
     return RolloutConfig(policy=args.policy, instances=args.instances, backend=args.backend,
                          chunk_tokens=args.chunk_tokens, engine=engine, spec=spec)

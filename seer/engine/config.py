@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from seer.utils.kv_size import DTYPE_BYTES
 from seer.utils.machine import auto_dtype
 
 if TYPE_CHECKING:
@@ -69,6 +70,11 @@ class EngineConfig:
         import torch
 
         return getattr(torch, _DTYPES[self.dtype])
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per element of weights and KV in ``dtype``, known without torch."""
+        return DTYPE_BYTES[_DTYPES[self.dtype]]
 
     def resolve_num_blocks(self, kv_bytes_per_token: int) -> int:
         if self.num_kv_blocks is not None:

@@ -66,9 +66,7 @@ class LLMEngine:
             attn_kernel.kernel_available()
             rms_norm.kernel_available()
         mc = self.model_config
-        kv_bytes = 2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * \
-            torch.tensor([], dtype=config.torch_dtype).element_size()
-        num_blocks = config.resolve_num_blocks(kv_bytes)
+        num_blocks = config.resolve_num_blocks(mc.kv_bytes_per_token(config.torch_dtype))
         max_len = config.max_model_len or min(mc.max_position_embeddings, 8192)
         self.scheduler = Scheduler(
             SchedulerConfig(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,

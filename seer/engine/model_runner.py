@@ -14,6 +14,7 @@ from seer.engine.request import Request
 from seer.engine.sampler import RowSpec, Sampler
 from seer.engine.scheduler import SchedulerOutput, StepResult
 from seer.models.attention import AttentionMetadata
+from seer.utils.kv_size import kv_bytes_per_token
 
 
 class ModelRunner:
@@ -33,7 +34,7 @@ class ModelRunner:
     @property
     def kv_bytes_per_token(self) -> int:
         k, _ = self.kv_caches[0]
-        return 2 * len(self.kv_caches) * k.shape[2] * k.shape[3] * k.element_size()
+        return kv_bytes_per_token(len(self.kv_caches), k.shape[2], k.shape[3], k.element_size())
 
     # ------------------------------------------------------------------ batch building
     def _slot(self, req: Request, pos: int) -> int:

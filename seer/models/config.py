@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from seer.utils.kv_size import kv_bytes_per_token
+
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -84,8 +86,7 @@ class ModelConfig:
 
     def kv_bytes_per_token(self, dtype: torch.dtype = torch.bfloat16) -> int:
         """Bytes of K and V cache one token occupies across all layers."""
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * itemsize
+        return kv_bytes_per_token(self.num_hidden_layers, self.num_key_value_heads, self.head_dim, dtype.itemsize)
 
     # ------------------------------------------------------------------------------------------- parsing
     @classmethod

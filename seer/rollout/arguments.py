@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seer.engine.config import EngineConfig
+from seer.engine.arguments import add_engine_args, engine_config
 from seer.rollout.backends import BACKENDS
 from seer.rollout.config import RolloutConfig
 from seer.rollout.orderings import CONTEXT_RANKS, OrderingConfig
@@ -18,10 +18,10 @@ DEFAULT_MAX_TOKENS = 256  # a prompts file's budget per response unless --max-to
 
 
 def add_rollout_args(p: argparse.ArgumentParser) -> None:
-    """Flags of one rollout; their defaults are ``RolloutConfig``'s, so the CLI and the API agree."""
+    """Flags of one rollout and of its instances' engines; their defaults are ``RolloutConfig``'s, so the CLI and
+    the API agree."""
     d = RolloutConfig()
-    p.add_argument("--model", default=None,
-                   help="model directory or known name (default: smollm2-135m-instruct, prepared on first use)")
+    add_engine_args(p, d.engine)
     p.add_argument("--prompts", default=None, help="prompts JSONL (question/prompt/messages/prompt_token_ids)")
     p.add_argument("--trace", default=None, help="replay a trace (token-id or length-only format)")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts / trace groups")
@@ -54,14 +54,6 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0,
                    help="nucleus sampling: keep the smallest set of tokens with this much probability (1.0: off)")
     p.add_argument("--seed", type=int, default=0, help="random seed (each group and sibling derives its own from it)")
-    p.add_argument("--kv-cache-gb", type=float, default=d.engine.kv_cache_memory_gb,
-                   help="KV cache memory per instance, GiB")
-    p.add_argument("--num-kv-blocks", type=int, default=None,
-                   help="KV cache blocks per instance (overrides --kv-cache-gb)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per instance")
-    p.add_argument("--dtype", default="auto",
-                   help="auto (default): bf16 on CUDA or where the CPU computes it natively (AVX512_BF16, "
-                        "AMX), else float32; or float32, bfloat16, float16")
     p.add_argument("--fail-instance", type=int, default=None,
                    help="inject a fault: kill this instance (with --fail-after-s)")
     p.add_argument("--fail-after-s", type=float, default=None, help="... this many seconds into the rollout")
@@ -78,8 +70,7 @@ def length_scale_arg(text: str) -> float | str:
 
 def rollout_config(args: argparse.Namespace, policy: str, num_kv_blocks: int | None = None) -> RolloutConfig:
     spread = args.kv_affinity_spread
-    engine = EngineConfig(dtype=args.dtype, kv_cache_memory_gb=args.kv_cache_gb,
-                          num_kv_blocks=num_kv_blocks or args.num_kv_blocks, num_threads=args.threads, seed=args.seed)
+    engine = engine_config(args, num_kv_blocks=num_kv_blocks or args.num_kv_blocks, seed=args.seed)
     return RolloutConfig(policy=policy, instances=args.instances, backend=args.backend,
                          chunk_tokens=args.chunk_tokens, engine=engine, ordering=OrderingConfig(rank=args.context_rank),
                          kv_affinity_spread=None if spread is None or spread < 0 else spread)

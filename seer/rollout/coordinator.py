@@ -25,6 +25,7 @@ from seer.rollout.onpolicy import OnPolicyMonitor
 from seer.rollout.policies import get_policy
 from seer.rollout.types import FaultPlan, GroupInput, RolloutListener, RolloutResult
 from seer.spec.policy import VerifyCostModel
+from seer.utils.kv_size import kv_bytes_per_token
 
 
 @dataclass
@@ -149,10 +150,10 @@ def check_capacity(model: str, config: RolloutConfig) -> None:
     from seer.models.config import ModelConfig
 
     mc = ModelConfig.from_dir(model)
-    itemsize = 4 if engine.dtype in ("float32", "fp32") else 2
+    itemsize = engine.dtype_bytes
     weights = sum(p.stat().st_size for p in Path(model).glob("*.safetensors"))
     weights = weights * itemsize // 4 if mc.torch_dtype in (None, "float32") else weights
-    kv_per_token = 2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * itemsize
+    kv_per_token = kv_bytes_per_token(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, itemsize)
     kv = (engine.num_kv_blocks * engine.block_size * kv_per_token if engine.num_kv_blocks is not None
           else int(engine.kv_cache_memory_gb * 2**30))
     need = config.instances * (weights + kv)

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from seer.server import openai_api, rollout_api, sglang_api
 from seer.server.config import ServerConfig
+from seer.server.metrics import CONTENT_TYPE
 from seer.server.protocol import APIError, UpdateWeightsRequest, error_body, parse_json, validate
 from seer.server.security import Guard
 from seer.server.state import ServerState, server_state
@@ -96,8 +97,8 @@ async def model_info(request: Request) -> dict[str, Any]:
 
 
 @_misc.get("/metrics")
-async def metrics(request: Request) -> PlainTextResponse:
-    return PlainTextResponse(server_state(request).metrics.render(), media_type="text/plain; version=0.0.4")
+async def metrics(request: Request) -> Response:
+    return Response(server_state(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
 @_misc.post("/update_weights")

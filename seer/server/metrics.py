@@ -1,4 +1,4 @@
-"""``/metrics`` in the Prometheus text format: throughput, per-instance load, and the last rollout's figures.
+"""``/metrics`` through ``prometheus_client``: throughput, per-instance load, and the last rollout's figures.
 
 Why these: an RL operator watching a Seer rollout server wants to know whether it is generating (tokens/s over
 the last seconds), where the work sits (chunks running per instance, paused requests holding KV per instance,
@@ -6,6 +6,10 @@ requests waiting in the global buffer, samples waiting for the next batch), and 
 the terms of docs/design.md (makespan, throughput, tail, tau). Live figures are read from the running driver when
 scraped; plain reads of its counters from another thread are safe enough for a gauge, and anything that fails
 mid-update is skipped for that scrape rather than locked against the rollout.
+
+Why a collector on a registry of its own: every figure is computed at scrape time from the state below (one
+source of truth, read by the batcher and tests too), and several servers in one process (tests) never share or
+clash on the library's global registry.
 """
 
 from __future__ import annotations
@@ -13,9 +17,27 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
 from typing import Any
 
+try:
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+except ModuleNotFoundError as err:  # pragma: no cover - the serve extra installs it
+    raise ModuleNotFoundError("seer serve needs prometheus_client for /metrics: install the serve extra "
+                              "(pip install 'seer[serve]', or -e '.[serve]' in a checkout)",
+                              name="prometheus_client") from err
+
 WINDOW_S = 10.0
+CONTENT_TYPE = CONTENT_TYPE_LATEST  # the media type of ``render()``'s text
+
+# the last rollout's figures: key in ServerMetrics.last -> help of gauge seer_last_rollout_<key>
+LAST_ROLLOUT = {"makespan_seconds": "Makespan of the last rollout.",
+                "throughput_tokens_per_second": "Generated tokens / makespan of the last rollout.",
+                "tail_seconds": "Makespan minus the time 90% of the last rollout's responses finished.",
+                "tau": "Mean acceptance length of speculative decoding in the last rollout.",
+                "responses": "Responses in the last rollout.",
+                "aborted": "Responses aborted in the last rollout."}
 
 
 class ServerMetrics:
@@ -30,6 +52,8 @@ class ServerMetrics:
         self.weight_version = 0
         self.last: dict[str, float] = {}
         self.started = time.time()
+        self.registry = CollectorRegistry()
+        self.registry.register(_Collector(self))
 
     # ------------------------------------------------------------------ updates (any thread)
     def attach(self, driver: Any) -> None:
@@ -71,7 +95,8 @@ class ServerMetrics:
         return recent / span
 
     # ------------------------------------------------------------------ exposition
-    def _live(self) -> dict[str, Any]:
+    def live(self) -> dict[str, Any]:
+        """The running rollout's figures ({} between rollouts or when a read races an update)."""
         driver = self._driver
         if driver is None:
             return {}
@@ -84,48 +109,57 @@ class ServerMetrics:
         except (RuntimeError, KeyError, AttributeError):
             return {}
 
-    def render(self) -> str:
-        out: list[str] = []
-
-        def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
-            out.append(f"# HELP seer_{name} {help_}")
-            out.append(f"# TYPE seer_{name} {kind}")
-            for labels, value in samples:
-                out.append(f"seer_{name}{labels} {_num(value)}")
-
-        live = self._live()
+    def snapshot(self) -> tuple[list[tuple[tuple[str, int], int]], dict[str, float], int, int]:
+        """Requests by (path, status), the last rollout's figures, tokens and rollouts so far: one consistent read."""
         with self._lock:
-            requests = sorted(self._requests.items())
-            last, total, rollouts = dict(self.last), self.tokens_total, self.rollouts
-        metric("generation_tokens_total", "counter", "Tokens generated since the server started.", [("", total)])
-        metric("tokens_per_second", "gauge", f"Tokens generated per second over the last {WINDOW_S:.0f} s.",
-               [("", self.tokens_per_second())])
-        metric("http_requests_total", "counter", "HTTP requests answered, by path and status code.",
-               [(f'{{path="{p}",code="{c}"}}', n) for (p, c), n in requests])
-        metric("rollouts_total", "counter", "Rollouts (batches) completed.", [("", rollouts)])
-        metric("weight_version", "gauge", "Weight version of the served model.", [("", self.weight_version)])
-        metric("pending_samples", "gauge", "Samples waiting for the next batch.", [("", self.pending)])
-        metric("rollout_running", "gauge", "1 while a rollout runs.", [("", 1 if live else 0)])
-        inst = live.get("instances", {})
-        metric("instance_running", "gauge", "Chunks running on each instance.",
-               [(f'{{instance="{i}"}}', v[0]) for i, v in inst.items()])
-        metric("instance_resident", "gauge", "Paused requests whose KV stays on each instance.",
-               [(f'{{instance="{i}"}}', v[1]) for i, v in inst.items()])
-        metric("instance_alive", "gauge", "1 if the instance is alive.",
-               [(f'{{instance="{i}"}}', v[2]) for i, v in inst.items()])
-        metric("queued_requests", "gauge", "Responses waiting in the global request buffer for their next chunk.",
-               [("", live.get("queued", 0))])
-        metric("batch_finished_fraction", "gauge", "Fraction of the running batch's responses finished.",
-               [("", live["finished"] / live["requests"] if live.get("requests") else 0.0)])
-        for key, help_ in (("makespan_seconds", "Makespan of the last rollout."),
-                           ("throughput_tokens_per_second", "Generated tokens / makespan of the last rollout."),
-                           ("tail_seconds", "Makespan minus the time 90% of the last rollout's responses finished."),
-                           ("tau", "Mean acceptance length of speculative decoding in the last rollout."),
-                           ("responses", "Responses in the last rollout."),
-                           ("aborted", "Responses aborted in the last rollout.")):
-            metric(f"last_rollout_{key}", "gauge", help_, [("", last.get(key, 0.0))])
-        return "\n".join(out) + "\n"
+            return sorted(self._requests.items()), dict(self.last), self.tokens_total, self.rollouts
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every figure, as ``/metrics`` answers it (media type ``CONTENT_TYPE``)."""
+        return generate_latest(self.registry)
 
 
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+class _Collector:
+    """Reads a ``ServerMetrics`` into metric families at each scrape."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        live = m.live()
+        requests, last, tokens, rollouts = m.snapshot()
+        yield CounterMetricFamily("seer_generation_tokens", "Tokens generated since the server started.", tokens)
+        yield _gauge("tokens_per_second", f"Tokens generated per second over the last {WINDOW_S:.0f} s.",
+                     m.tokens_per_second())
+        http = CounterMetricFamily("seer_http_requests", "HTTP requests answered, by path and status code.",
+                                   labels=["path", "code"])
+        for (path, code), n in requests:
+            http.add_metric([path, str(code)], n)
+        yield http
+        yield CounterMetricFamily("seer_rollouts", "Rollouts (batches) completed.", rollouts)
+        yield _gauge("weight_version", "Weight version of the served model.", m.weight_version)
+        yield _gauge("pending_samples", "Samples waiting for the next batch.", m.pending)
+        yield _gauge("rollout_running", "1 while a rollout runs.", 1 if live else 0)
+        yield from _instance_gauges(live.get("instances", {}))
+        yield _gauge("queued_requests", "Responses waiting in the global request buffer for their next chunk.",
+                     live.get("queued", 0))
+        yield _gauge("batch_finished_fraction", "Fraction of the running batch's responses finished.",
+                     live["finished"] / live["requests"] if live.get("requests") else 0.0)
+        for key, help_ in LAST_ROLLOUT.items():
+            yield _gauge(f"last_rollout_{key}", help_, last.get(key, 0.0))
+
+
+def _gauge(name: str, help_: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"seer_{name}", help_, value=value)
+
+
+def _instance_gauges(instances: dict[int, tuple[int, int, int]]) -> Iterator[GaugeMetricFamily]:
+    """Per-instance gauges, labelled ``instance``: chunks running, paused requests resident, alive."""
+    for column, (name, help_) in enumerate((("running", "Chunks running on each instance."),
+                                            ("resident", "Paused requests whose KV stays on each instance."),
+                                            ("alive", "1 if the instance is alive."))):
+        family = GaugeMetricFamily(f"seer_instance_{name}", help_, labels=["instance"])
+        for iid, values in instances.items():
+            family.add_metric([str(iid)], values[column])
+        yield family

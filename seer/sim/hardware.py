@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from seer.utils.kv_size import kv_bytes_per_token
+
 GB = 1e9
 
 
@@ -79,8 +81,8 @@ class ModelProfile:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        per_layer = self.mla_kv_dim if self.is_mla else 2 * self.num_kv_heads * self.head_dim
-        return self.num_layers * per_layer * self.kv_bytes_per_elem
+        return kv_bytes_per_token(self.num_layers, self.num_kv_heads, self.head_dim, self.kv_bytes_per_elem,
+                                  latent_dim=self.mla_kv_dim)
 
     @property
     def attn_flops_per_pair(self) -> float:

@@ -10,6 +10,7 @@ import time
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from seer import SamplingParams
 from tests.server.conftest import MODEL_NAME, check_engines_clean, make_coordinator, start_server
@@ -130,11 +131,16 @@ def test_shutdown_mid_request_answers_with_an_error(tiny_model):
 
 def test_metrics_health_and_models(server):
     httpx.post(server.url + "/v1/completions", json={"model": MODEL_NAME, "prompt": "m", "max_tokens": 3})
-    text = httpx.get(server.url + "/metrics").text
-    for name in ("seer_generation_tokens_total", "seer_tokens_per_second", "seer_instance_running",
-                 "seer_queued_requests", "seer_last_rollout_tail_seconds", "seer_last_rollout_tau",
-                 'seer_http_requests_total{path="/v1/completions",code="200"}'):
-        assert name in text, name
+    reply = httpx.get(server.url + "/metrics")
+    assert reply.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(reply.text)}
+    for name in ("seer_generation_tokens", "seer_tokens_per_second", "seer_instance_running",
+                 "seer_queued_requests", "seer_last_rollout_tail_seconds", "seer_last_rollout_tau"):
+        assert name in families, name
+    assert families["seer_generation_tokens"].samples[0].name == "seer_generation_tokens_total"
+    assert families["seer_generation_tokens"].samples[0].value > 0
+    http = {(s.labels["path"], s.labels["code"]): s.value for s in families["seer_http_requests"].samples}
+    assert http[("/v1/completions", "200")] >= 1
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
     models = httpx.get(server.url + "/v1/models").json()
     assert models["data"][0]["id"] == MODEL_NAME and models["data"][0]["max_model_len"] == 1024
