@@ -72,13 +72,6 @@ def check_rollout(out, groups: list, reference: list[list[int]]) -> list[str]:
     return problems
 
 
-def pool_entries(coordinator) -> int:
-    backend = coordinator.backend
-    if hasattr(backend, "handoff"):
-        return len(backend.handoff)
-    return backend.pool.stats().entries
-
-
 def run_cell(make: Callable[[], Any], backend: str, point: str, groups: list, reference: list[list[int]],
              policy: str = "context") -> Cell:
     """One cell of the matrix on a fresh coordinator from ``make``."""
@@ -103,7 +96,7 @@ def run_cell(make: Callable[[], Any], backend: str, point: str, groups: list, re
             out = _weights_cell(c, cell, groups, policy)
         cell.problems += check_rollout(out, groups, reference)
         cell.kv_entries_dropped = int(out.result.stats.get("kv_entries_dropped", 0))
-        left = pool_entries(c)
+        left = c.backend.kv_entries()
         if left:
             cell.problems.append(f"{left} KV pool entries left")
     cell.seconds = round(time.perf_counter() - t0, 2)

@@ -10,7 +10,7 @@ import pytest
 from seer.engine.speculator import SpecConfig
 from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
 from seer.rollout.instances.base import InstanceLost
-from seer.rollout.instances.worker import WorkerSpec, _build
+from seer.rollout.instances.host import HostSpec, build_instance
 from seer.rollout.types import FaultPlan, GroupInput, RolloutStalled
 from seer.sampling_params import SamplingParams
 from tests.conftest import rollout_config
@@ -135,15 +135,15 @@ def test_process_backend_survives_a_killed_instance(tiny, reference):
 
 def test_a_worker_without_a_step_profile_refuses_adaptive_drafting(tiny):
     cfg = rollout_config(dtype="float32", num_kv_blocks=16)
-    ws = WorkerSpec(0, cfg.instance_engine(tiny), ("", "", 0), SpecConfig(adaptive=True), None)
+    hs = HostSpec(0, cfg.instance_engine(tiny), None, SpecConfig(adaptive=True), None)
     with pytest.raises(ValueError, match="adaptive speculation needs"):
-        _build(ws)
+        build_instance(hs)
 
 
 def test_process_backend_reports_a_worker_that_stops_answering(tiny):
     with coordinator(tiny, backend="local", stall_timeout_s=3.0) as c:
         c.rollout(groups(n=1, g=2), policy="divided", progress=False)  # the workers are up
-        frozen = c.backend.proxies[1].proc
+        frozen = c.backend.transport.procs[1]
         os.kill(frozen.pid, signal.SIGSTOP)  # it will take chunks and never answer
         t0 = time.monotonic()
         sp = SamplingParams(temperature=0.0, max_tokens=150, ignore_eos=True)
@@ -162,9 +162,9 @@ def test_an_eviction_from_a_dead_worker_is_a_loss_at_once(tiny):
     lost (InstanceLost, its requests recompute elsewhere), found within a second, not a 60 s stall."""
     with coordinator(tiny, backend="local") as c:
         c.rollout(groups(n=1, g=2), policy="divided", progress=False)  # the workers are up
-        proxy = c.backend.proxies[1]
-        os.kill(proxy.proc.pid, signal.SIGKILL)
-        proxy.proc.join(10)
+        proxy, proc = c.backend.proxies[1], c.backend.transport.procs[1]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(10)
         t0 = time.monotonic()
         with pytest.raises(InstanceLost):
             proxy.evict(12345)

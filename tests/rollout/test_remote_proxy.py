@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from seer.rollout.instances.base import ChunkStart, RequestSpec
 from seer.rollout.instances.remote import RemoteInstanceProxy
 from seer.rollout.types import Assignment, KVSource, RolloutRequest
 from seer.sampling_params import SamplingParams
+from tests.rollout.fake_transport import FakeTransport, snapshot
 
 
-class Recorder(RemoteInstanceProxy):
-    def __init__(self, snap: dict) -> None:
-        super().__init__(0, snap)
-        self.sent_numbers: list[int] = []
-
-    def send_start(self, chunk: ChunkStart, number: int) -> None:
-        self.sent_numbers.append(number)
-
-    def evict(self, request_id: int) -> int:
-        raise NotImplementedError
-
-    def release(self, request_id: int) -> None:
-        raise NotImplementedError
-
-
-def snapshot(free: int, running: int, handled: int) -> dict:
-    return {"free_blocks": free, "running": running, "max_running": 8, "total_blocks": 100, "block_size": 16,
-            "resident": {}, "has_work": running > 0, "weight_version": 0, "handled": handled}
+def started(link: FakeTransport) -> list[Any]:
+    """The numbers of the chunk starts posted, in order."""
+    return [args[1] for _, command, args in link.posted if command == "start"]
 
 
 def chunk(rid: int, blocks: int) -> ChunkStart:
@@ -35,10 +23,11 @@ def chunk(rid: int, blocks: int) -> ChunkStart:
 
 
 def test_a_snapshot_taken_before_a_start_keeps_it_reserved() -> None:
-    proxy = Recorder(snapshot(free=50, running=0, handled=0))
+    link = FakeTransport()
+    proxy = RemoteInstanceProxy(0, snapshot(free=50, running=0, handled=0), link)
     proxy.start(chunk(1, 10))
     proxy.start(chunk(2, 5))
-    assert proxy.sent_numbers == [1, 2]
+    assert started(link) == [1, 2]
     assert (proxy.state().free_blocks, proxy.state().running) == (35, 2)
     # the worker's step report was taken after it handled start 1 only (start 2 arrived during the step)
     proxy.refresh(snapshot(free=40, running=1, handled=1))
@@ -48,6 +37,28 @@ def test_a_snapshot_taken_before_a_start_keeps_it_reserved() -> None:
 
 
 def test_numbering_continues_from_what_the_instance_reports() -> None:
-    proxy = Recorder(snapshot(free=50, running=0, handled=7))  # a worker that outlived an earlier proxy
+    link = FakeTransport()
+    proxy = RemoteInstanceProxy(0, snapshot(free=50, running=0, handled=7), link)  # a host that outlived a proxy
     proxy.start(chunk(1, 1))
-    assert proxy.sent_numbers == [8]
+    assert started(link) == [8]
+
+
+def test_a_start_the_snapshot_has_not_seen_is_work() -> None:
+    """An idle snapshot taken before a start arrived (a step call that overtook it) still leaves work to step."""
+    proxy = RemoteInstanceProxy(0, snapshot(free=50, running=0, handled=0), FakeTransport())
+    proxy.start(chunk(1, 1))
+    proxy.refresh(snapshot(free=50, running=0, handled=0))
+    assert proxy.has_work()
+    proxy.refresh(snapshot(free=49, running=0, handled=1))
+    assert not proxy.has_work()
+
+
+def test_evicted_kv_that_comes_back_rides_with_the_next_start() -> None:
+    """A host without a shared pool answers an eviction with its KV: the transport holds it for the next start."""
+    link = FakeTransport(evicted_kv=(b"kv", {}))
+    snap = snapshot(free=40, running=0, handled=0)
+    snap["resident"] = {3: 10}
+    proxy = RemoteInstanceProxy(0, snap, link)
+    assert proxy.evict(3) == 100 and proxy.state().free_blocks == 50 and link.held == {3: (b"kv", {})}
+    proxy.start(chunk(3, 1))
+    assert link.posted[-1][2][2] == (b"kv", {}) and not link.held

@@ -1,7 +1,8 @@
 """Where a rollout's instances run: in this process (virtual time), local processes, or Ray actors.
 
-``Backend`` (``base.py``) holds the rollout loop all three share; each module here says only how its instances
-are made ready and how their steps are driven.
+``Backend`` (``base.py``) holds the rollout loop all three share. Processes and Ray actors run the same instance
+host (``instances/host.py``) under one wall-clock drive loop (``wall_clock.py``) and one spawn and weight
+lifecycle (``remote.py``); ``local.py`` and ``ray_cluster.py`` say only how commands reach their hosts.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ dispatch and critical-path settings; show progress; drive steps until every grou
 release the KV instances still hold, empty the pool again (what is left there is garbage), and attach the
 drafting stats.
 A backend says only how its instances are made ready (``_prepare``), how steps are driven (``_drive``) and where
-its pool lives (``_clear_kv``).
+its pool lives (``_clear_kv``, ``kv_entries``).
 
 In-process instances run on virtual time (each instance's measured step durations, one clock each), so faults
 are injected by the driver at a virtual time; local processes and Ray actors run on the wall clock, and their
@@ -107,6 +107,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _clear_kv(self) -> int:
         """Empty the pool KV moves through between instances; returns how many entries it held."""
+
+    @abc.abstractmethod
+    def kv_entries(self) -> int:
+        """Entries in the pool KV moves through between instances (none are left after a rollout)."""
 
     def _killer(self, instance_id: int) -> Callable[[], None]:
         """How to kill an instance for a fault plan (nothing to do for one in this process)."""

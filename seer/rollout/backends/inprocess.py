@@ -64,6 +64,8 @@ class InProcessBackend(Backend):
     def _clear_kv(self) -> int:
         return self.pool.clear()
 
+    def kv_entries(self) -> int:
+        return self.pool.stats().entries
 
     def close(self) -> None:
         self.engines.clear()
