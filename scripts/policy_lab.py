@@ -24,7 +24,8 @@ from dataclasses import replace
 
 from seer.bench.rollout_bench import kv_blocks_for
 from seer.engine.block_manager import BlockManager
-from seer.engine.scheduler import Scheduler, SchedulerConfig
+from seer.engine.config import EngineConfig
+from seer.engine.scheduler import Scheduler
 from seer.engine.speculator import SpecConfig, Speculator
 from seer.rollout.critical_path import batch_speedup
 from seer.rollout.driver import RolloutDriver
@@ -86,9 +87,9 @@ def run(groups: list[GroupInput], spec: str, instances: int, kv_tokens: int, chu
     max_model_len = max(len(g.prompt_token_ids) for g in groups) + groups[0].params.max_tokens + 1
     pool, server = SimKVPool(), DraftServer() if policy.speculative else None
     insts = []
+    engine = EngineConfig(dtype="float32", decode_reserve=False)  # as the rollout's engine instances
     for i in range(instances):
-        sched = Scheduler(SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=2048, max_model_len=max_model_len),
-                          BlockManager(kv_tokens // 16, 16, True))
+        sched = Scheduler(engine.scheduler_config(max_model_len), BlockManager(kv_tokens // 16, 16, True))
         spec_ = Speculator.build(SpecConfig(), table, server) if server is not None else None
         inst = SimInstance(i, sched, cost, pool=pool, speculator=spec_, record=False)
         inst._policy = None  # the engine's profiled table (with its slope), not the simulator's per-step row

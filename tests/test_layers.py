@@ -56,3 +56,32 @@ def test_the_control_plane_imports_no_torch() -> None:
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _subpackage(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_subpackages_import_each_other_one_way() -> None:
+    """No circle between subpackages (seer.engine, seer.rollout, ..., deferred imports included): each layer can
+    be read, tested and replaced knowing only the layers below it."""
+    edges: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        here = _subpackage(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+        for name in _imports(path):
+            if name.startswith("seer.") and _subpackage(name) != here:
+                edges.setdefault(here, set()).add(_subpackage(name))
+
+    def path_between(start: str, goal: str, seen: set[str]) -> list[str] | None:
+        if start == goal:
+            return [goal]
+        seen.add(start)
+        for nxt in sorted(edges.get(start, ())):
+            if nxt not in seen and (rest := path_between(nxt, goal, seen)) is not None:
+                return [start, *rest]
+        return None
+
+    circles = [[a, *p] for a in sorted(edges) for b in sorted(edges[a])
+               if (p := path_between(b, a, set())) is not None]
+    assert not circles, "subpackages import each other in a circle: " + "; ".join(" -> ".join(c) for c in circles)
+    assert "seer.engine" in edges.get("seer.rollout", set())  # the walk sees real imports

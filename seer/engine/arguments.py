@@ -1,9 +1,9 @@
 """The engine's command-line flags, defined once for every verb that builds engines.
 
 Why one place: ``seer generate`` (one engine), ``seer rollout``, ``seer serve`` and the rollout benchmarks (an
-engine per instance) used to declare these flags each on its own, and they drifted apart (one verb had
-``--device``, another ``--num-kv-blocks``). Each flag sets the ``EngineConfig`` field of the same meaning with that
-field's default, so a new engine setting reaches every verb at once. It lives in the library, below the command
+engine per instance) must accept the same settings under the same names, or they drift apart. Each flag sets the
+``EngineConfig`` field of the same meaning with that field's default, so a new engine setting reaches every verb
+at once. It lives in the library, below the command
 line, because the benchmarks share the rollout's flags through ``seer.rollout.arguments``, which may not import
 ``seer.cli``. Torch-free: argparse and the config only.
 """

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from seer.engine.decode_reserve import DecodeReserveConfig
+from seer.engine.scheduler import SchedulerConfig
 from seer.utils.kv_size import DTYPE_BYTES
 from seer.utils.machine import auto_dtype
 
@@ -80,3 +82,16 @@ class EngineConfig:
         if self.num_kv_blocks is not None:
             return self.num_kv_blocks
         return max(1, int(self.kv_cache_memory_gb * 2**30) // (kv_bytes_per_token * self.block_size))
+
+    def scheduler_config(self, max_model_len: int) -> SchedulerConfig:
+        """The scheduler's settings, derived from these (the engine and the simulator build their schedulers
+        from an ``EngineConfig``, so the two cannot hold different limits)."""
+        return SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                               max_model_len=max_model_len, enable_prefix_caching=self.enable_prefix_caching,
+                               decode_reserve=DecodeReserveConfig() if self.decode_reserve else None)
+
+
+def verl_rollout_engine() -> EngineConfig:
+    """veRL's vLLM rollout settings, the engine the simulator models unless told otherwise: up to 1,024
+    sequences and 8,192 tokens a step, admission of whatever fits now (no decode reserve)."""
+    return EngineConfig(dtype="bfloat16", max_num_seqs=1024, max_num_batched_tokens=8192, decode_reserve=False)

@@ -17,10 +17,9 @@ import torch
 
 from seer.engine.block_manager import BlockManager
 from seer.engine.config import EngineConfig
-from seer.engine.decode_reserve import DecodeReserveConfig
 from seer.engine.model_runner import ModelRunner
 from seer.engine.request import Request
-from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig, SchedulerOutput, StepResult
+from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerOutput, StepResult
 from seer.engine.speculator import Speculator
 from seer.engine.step import run_step
 from seer.models import attn_kernel, rms_norm
@@ -68,11 +67,8 @@ class LLMEngine:
         mc = self.model_config
         num_blocks = config.resolve_num_blocks(mc.kv_bytes_per_token(config.torch_dtype))
         max_len = config.max_model_len or min(mc.max_position_embeddings, 8192)
-        self.scheduler = Scheduler(
-            SchedulerConfig(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
-                            max_model_len=max_len, enable_prefix_caching=config.enable_prefix_caching,
-                            decode_reserve=DecodeReserveConfig() if config.decode_reserve else None),
-            BlockManager(num_blocks, config.block_size, config.enable_prefix_caching))
+        self.scheduler = Scheduler(config.scheduler_config(max_len),
+                                   BlockManager(num_blocks, config.block_size, config.enable_prefix_caching))
         self.runner = ModelRunner(self.model, mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
                                   num_blocks, config.block_size, config.torch_dtype, config.device, config.seed)
         self.eos_token_ids = tuple(mc.eos_token_ids)

@@ -12,7 +12,7 @@ import torch
 
 from seer.engine.request import Request
 from seer.engine.sampler import RowSpec, Sampler
-from seer.engine.scheduler import SchedulerOutput, StepResult
+from seer.engine.scheduler import ScheduledChunk, SchedulerOutput, StepResult
 from seer.models.attention import AttentionMetadata
 from seer.utils.kv_size import kv_bytes_per_token
 
@@ -115,7 +115,7 @@ class ModelRunner:
             offset += c.num_new_tokens
         if not rows_idx:
             return {}
-        logits = self.model.compute_logits(hidden[torch.tensor(rows_idx, device=hidden.device)])
+        logits = self.model.compute_logits(hidden[torch.tensor(rows_idx, device=hidden.device)])  # type: ignore[operator]
         return self._results(out, reqs, logits)
 
     def _row_spec(self, req: Request) -> RowSpec:
@@ -130,7 +130,7 @@ class ModelRunner:
         plain = [c for c in out.chunks if c.samples and not c.num_spec_tokens]
         row = 0
         plain_rows: list[int] = []
-        spec_rows: list[tuple[object, int]] = []
+        spec_rows: list[tuple[ScheduledChunk, int]] = []
         for c in out.chunks:
             if not c.samples:
                 continue

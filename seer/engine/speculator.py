@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Hashable
 
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
@@ -103,7 +104,7 @@ class Speculator:
             self.ensure_group(r)
         if not ready:
             return 0
-        caps = {r.request_id: self._max_gamma(r) for r in ready}
+        caps: dict[Hashable, int] = {r.request_id: self._max_gamma(r) for r in ready}
         if self.config.adaptive:
             assert self.policy is not None
             batch = len(scheduler.running) + len(scheduler.waiting)

@@ -15,11 +15,12 @@ from typing import Any
 
 from seer.engine.config import EngineConfig
 from seer.engine.speculator import SpecConfig
-from seer.rollout.backends import BACKENDS
 from seer.rollout.critical_path import batch_speedup
 from seer.rollout.orderings import OrderingConfig
 from seer.rollout.policies import RolloutPolicy, get_policy
 from seer.spec.policy import VerifyCostModel
+
+BACKENDS = ("inprocess", "local", "ray")  # where instances run (rollout/backends/)
 
 
 def default_instance_engine() -> EngineConfig:

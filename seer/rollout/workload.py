@@ -93,7 +93,7 @@ def _group_from_trace(g: TraceGroup, vocab: int, opts: ReplayOptions, rng: rando
         prompt = tuple(rng.randrange(vocab) for _ in range(max(1, plen)))
     meta = {"trace_group": g.group_id, **{k: v for k, v in g.metadata.items() if isinstance(v, (str, int, float))}}
     if g.has_token_ids:
-        forced = tuple(tuple(t % vocab for t in r.token_ids[:n]) for r, n in zip(g.responses, lengths))
+        forced = tuple(tuple(t % vocab for t in (r.token_ids or ())[:n]) for r, n in zip(g.responses, lengths))
         sp = opts.sampling(meta, cap, ignore_eos=False, seed=seed)
         return GroupInput(prompt, g.group_size, sp, key=g.group_id, forced=forced, true_lengths=lengths,
                           metadata=meta)

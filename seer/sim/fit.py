@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -62,6 +62,7 @@ class BaselineProbe:
         finish, steps = [], []
         for r in run.result.responses:
             iid = r.instance_history[-1]
+            assert r.finish_time_s is not None  # every response of a finished run has ended
             k = int(np.searchsorted(ends[iid], r.finish_time_s))
             finish.append(r.finish_time_s)
             steps.append(k + 1)
@@ -128,7 +129,7 @@ def mismatch(p: BaselineProbe, target: PaperTargets, sigma: float, sigma_prior: 
     return float(err)
 
 
-def pattern_search(fn: Callable[[tuple[float, ...]], float], grid: list[tuple[float, ...]],
+def pattern_search(fn: Callable[[tuple[float, ...]], float], grid: Sequence[tuple[float, ...]],
                    bounds: list[tuple[float, float]], steps: list[float], evals: int) -> tuple[float, ...]:
     """Minimise ``fn`` over a box: best point of ``grid``, then compass search (try +-step on each axis, move
     on improvement, halve the steps otherwise) for ``evals`` more evaluations. Coordinates as given (use logs)."""
@@ -143,13 +144,14 @@ def pattern_search(fn: Callable[[tuple[float, ...]], float], grid: list[tuple[fl
     best = min(grid, key=f)
     steps = list(steps)
     budget = evals
+    x: tuple[float, ...]
     while budget > 0 and max(steps) > 1e-3:
         moved = False
         for axis in range(len(best)):
             for sign in (1, -1):
-                x = list(best)
-                x[axis] = min(max(x[axis] + sign * steps[axis], bounds[axis][0]), bounds[axis][1])
-                x = tuple(x)
+                moved_to = list(best)
+                moved_to[axis] = min(max(moved_to[axis] + sign * steps[axis], bounds[axis][0]), bounds[axis][1])
+                x = tuple(moved_to)
                 if tuple(round(v, 6) for v in x) in cache or budget <= 0:
                     continue
                 budget -= 1

@@ -62,8 +62,10 @@ def acceptance_sensitivity(name: str, factors: Sequence[float], config: SimConfi
     rows = {}
     for f in sorted(factors):
         run = run_policy(workload, "seer-paper", cluster, constants, replace(config, accept_scale=f))
-        rows[f] = {"speedup": verl / run.result.metrics.makespan_s, "tau": run.spec["tau"],
-                   "accept_rate": run.spec["accept_rate"], "makespan_s": run.result.metrics.makespan_s}
+        spec = run.spec
+        assert spec is not None  # seer-paper speculates
+        rows[f] = {"speedup": verl / run.result.metrics.makespan_s, "tau": spec["tau"],
+                   "accept_rate": spec["accept_rate"], "makespan_s": run.result.metrics.makespan_s}
     target = PRESETS[name].paper.seer_speedup
     return {"verl_makespan_s": verl, "paper_speedup": target, "factors": {str(f): r for f, r in rows.items()},
             "matching_factor": matching_factor({f: r["speedup"] for f, r in rows.items()}, target)}

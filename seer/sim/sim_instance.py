@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from seer.engine.block_manager import BlockManager
+from seer.engine.config import EngineConfig, verl_rollout_engine
 from seer.engine.request import Request
-from seer.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput, StepResult
+from seer.engine.scheduler import Scheduler, SchedulerOutput, StepResult
 from seer.rollout.instances.base import ChunkStart, StepReport
 from seer.rollout.instances.scheduled import ScheduledInstance
 from seer.sim.cost_model import CostModel, StepSummary
@@ -79,16 +80,16 @@ class SimInstance(ScheduledInstance):
 
     @classmethod
     def build(cls, instance_id: int, cost: CostModel, *, max_model_len: int, quantum: int = 1,
-              block_size: int = 16, max_num_seqs: int = 1024, max_num_batched_tokens: int = 8192,
-              enable_prefix_caching: bool = True, **kwargs: object) -> "SimInstance":
-        """An instance whose KV capacity comes from the cost model's instance profile (in real tokens)."""
-        bs = sim_block_size(block_size, quantum)
+              engine: EngineConfig | None = None, **kwargs: object) -> "SimInstance":
+        """An instance of ``engine`` (veRL's vLLM settings by default) whose KV capacity comes from the cost
+        model's instance profile (in real tokens)."""
+        engine = engine or verl_rollout_engine()
+        bs = sim_block_size(engine.block_size, quantum)
         num_blocks = cost.instance.kv_capacity_tokens // (bs * quantum)
         if num_blocks < 1:
             raise ValueError(f"instance KV capacity {cost.instance.kv_capacity_tokens} tokens holds no block")
-        config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                 max_model_len=max_model_len, enable_prefix_caching=enable_prefix_caching)
-        scheduler = Scheduler(config, BlockManager(num_blocks, bs, enable_prefix_caching))
+        scheduler = Scheduler(engine.scheduler_config(max_model_len),
+                              BlockManager(num_blocks, bs, engine.enable_prefix_caching))
         return cls(instance_id, scheduler, cost, quantum=quantum, **kwargs)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ Instance
@@ -132,6 +133,7 @@ class SimInstance(ScheduledInstance):
             return
         seqs = len(ready)
         ctx = self.quantum * sum(r.num_computed_tokens + 0.5 for r in ready)
+        assert self.speculator is not None and self._policy is not None  # step() calls this only then
         gmax = self.speculator.config.gamma_max
         row = [self.cost.step_time(StepSummary(seqs, seqs * n, ctx, ctx * n)) for n in range(1, gmax + 2)]
         self._policy.cost = VerifyCostModel([seqs], list(range(1, gmax + 2)), [row])

@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
+from seer.engine.config import EngineConfig, verl_rollout_engine
 from seer.rollout.driver import RolloutDriver
 from seer.rollout.metrics import compare, reference_ratios
 from seer.rollout.orderings import OrderingConfig
@@ -35,10 +36,7 @@ class SimConfig:
 
     quantum: int = 0                   # simulated token = this many real tokens; 0: pick (default_quantum)
     chunk_tokens: int = 8192           # divided rollout chunk
-    block_size: int = 16
-    max_num_seqs: int = 1024           # veRL's vLLM rollout defaults
-    max_num_batched_tokens: int = 8192
-    enable_prefix_caching: bool = True
+    engine: EngineConfig = field(default_factory=verl_rollout_engine)  # each instance's engine (veRL's vLLM)
     spec: SimSpecConfig = field(default_factory=SimSpecConfig)
     acceptance: str = "auto"           # "replay" (suffix trees; token ids, quantum 1) or an acceptance model name
     accept_scale: float = 1.0          # scales the model's tokens gained per verification (AcceptanceModel.scaled)
@@ -47,10 +45,8 @@ class SimConfig:
     record: bool = True                # per-step timelines for the plots
 
     def __post_init__(self) -> None:
-        if self.quantum < 0 or self.chunk_tokens < 1 or self.block_size < 1:
-            raise ValueError("quantum must be >= 0, chunk_tokens and block_size >= 1")
-        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
-            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.quantum < 0 or self.chunk_tokens < 1:
+            raise ValueError("quantum must be >= 0 and chunk_tokens >= 1")
         if self.accept_scale <= 0:
             raise ValueError(f"accept_scale must be > 0, got {self.accept_scale}")
 
@@ -133,10 +129,8 @@ def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster
     if policy.speculative:
         from seer.sim.fitted import acceptance_models as fitted_models
         specs = _speculators(workload, config, q, cost, acceptance_models or fitted_models(), cluster.num_instances)
-    instances = [SimInstance.build(i, cost, max_model_len=max_model_len, quantum=q, block_size=config.block_size,
-                                   max_num_seqs=config.max_num_seqs,
-                                   max_num_batched_tokens=config.max_num_batched_tokens,
-                                   enable_prefix_caching=config.enable_prefix_caching, pool=pool, speculator=spec,
+    instances = [SimInstance.build(i, cost, max_model_len=max_model_len, quantum=q, engine=config.engine,
+                                   pool=pool, speculator=spec,
                                    record=config.record, check=config.check)
                  for i, spec in enumerate(specs)]
     spec = specs[0]
@@ -171,7 +165,7 @@ def _critical_speedup(cost: CostModel, groups: Sequence[GroupInput], config: Sim
     from seer.rollout.critical_path import batch_speedup
     lengths = [n for g in groups for n in (g.true_lengths or (g.params.max_tokens,) * g.size)]
     ctx = sum(len(g.prompt_token_ids) * g.size for g in groups) / len(lengths) + sum(lengths) / len(lengths) / 2
-    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= config.max_num_seqs]
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= config.engine.max_num_seqs]
     return batch_speedup(sizes, lambda b: cost.step_time(StepSummary.decode(round(b), b * ctx * quantum)))
 
 

@@ -37,7 +37,7 @@ class Draft:
             raise ValueError(
                 f"draft arrays differ in length: {n} tokens, {len(self.parents)} parents, {len(self.probs)} probs"
             )
-        depths = []
+        depths: list[int] = []
         for i, p in enumerate(self.parents):
             if not -1 <= p < i:
                 raise ValueError(f"draft node {i} has parent {p}: parents must precede their children")

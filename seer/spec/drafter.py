@@ -104,7 +104,7 @@ class SuffixDrafter:
     def _greedy(self, alive: _Alive, weight: float, level: int, depth: int) -> list[tuple[int, float, _Alive, float]]:
         """Follow the heaviest next token from ``level`` down to ``depth``: (token, prob, alive, weight) per step."""
         prior = self.config.prob_prior
-        out = []
+        out: list[tuple[int, float, _Alive, float]] = []
         while level < depth:
             if len(alive) == 1:  # one reference left: copy it
                 cont, w = alive[0]

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from seer.engine.block_manager import BlockManager
+from seer.engine.config import verl_rollout_engine
 from seer.engine.request import Request
 from seer.engine.scheduler import Scheduler, SchedulerConfig, StepResult
 from seer.rollout.driver import RolloutDriver
@@ -23,7 +24,8 @@ POLICIES = policy_names()
 @pytest.mark.parametrize("quantum", [1, 8])
 def test_every_token_generated_exactly_once_within_kv(policy: str, quantum: int) -> None:
     w = small_workload()
-    cfg = SimConfig(quantum=quantum, chunk_tokens=128, check=True, max_num_batched_tokens=512)
+    cfg = SimConfig(quantum=quantum, chunk_tokens=128, check=True,
+                    engine=replace(verl_rollout_engine(), max_num_batched_tokens=512))
     run = run_policy(w, policy, config=cfg)
     groups = w.to_groups(quantum)
     got = {(r.group_id, r.index): r.token_ids for r in run.result.responses}
@@ -55,7 +57,7 @@ def test_sim_instance_steps_exactly_like_a_bare_scheduler() -> None:
     with the recorded tokens (the simulator adds pricing, never decisions)."""
     w = replace(small_workload(groups=4, kv_tokens=2500), cluster=replace(small_workload().cluster,
                                                                             num_instances=1))
-    cfg = SimConfig(quantum=1, max_num_batched_tokens=256, max_num_seqs=8)
+    cfg = SimConfig(quantum=1, engine=replace(verl_rollout_engine(), max_num_batched_tokens=256, max_num_seqs=8))
     run = run_policy(w, "verl", config=cfg)
     groups = w.to_groups(1)
     max_len = max(len(g.prompt_token_ids) for g in groups) + groups[0].params.max_tokens + 1

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from seer.rollout.backends.base import Backend
+from seer.rollout.config import BACKENDS, RolloutConfig
 
-BACKENDS = ("inprocess", "local", "ray")
+__all__ = ["BACKENDS", "Backend", "make_backend"]
 
 
-def make_backend(name: str, model: str, config: Any, pool: Any) -> Backend:
+def make_backend(name: str, model: str, config: RolloutConfig, pool: Any) -> Backend:
     """The backend ``name`` for ``model`` under a ``RolloutConfig``; ``pool``: the coordinator's KV pool."""
     if name == "inprocess":
         from seer.rollout.backends.inprocess import InProcessBackend

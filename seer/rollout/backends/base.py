@@ -23,6 +23,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from seer.engine.config import EngineConfig
+from seer.rollout.config import RolloutConfig
 from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.base import Instance
 from seer.rollout.instances.faulty import FaultyInstance
@@ -36,7 +37,7 @@ from seer.spec.policy import VerifyCostModel
 class Backend(abc.ABC):
     virtual_time = False  # True: steps are timed per instance and the driver injects faults
 
-    def __init__(self, model: str, config: Any) -> None:
+    def __init__(self, model: str, config: RolloutConfig) -> None:
         self.model = model
         self.config = config
         self.rollouts = 0  # rollouts run: unseeded responses of each draw from a stream of their own

@@ -10,6 +10,7 @@ from __future__ import annotations
 from seer.engine.llm_engine import LLMEngine
 from seer.engine.speculator import Speculator
 from seer.rollout.backends.base import Backend
+from seer.rollout.config import RolloutConfig
 from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.base import Instance
 from seer.rollout.instances.engine import EngineInstance
@@ -23,7 +24,7 @@ from seer.spec.policy import VerifyCostModel
 class InProcessBackend(Backend):
     virtual_time = True
 
-    def __init__(self, model: str, config, pool: KVPool) -> None:
+    def __init__(self, model: str, config: RolloutConfig, pool: KVPool) -> None:
         super().__init__(model, config)
         self.pool = pool
         self.engines = [LLMEngine(config.instance_engine(model).for_instance(i)) for i in range(config.instances)]

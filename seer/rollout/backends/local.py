@@ -23,6 +23,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from seer.rollout.backends.remote import RemoteBackend
+from seer.rollout.config import RolloutConfig
 from seer.rollout.file_pool import FileKVPool
 from seer.rollout.instances.base import InstanceLost
 from seer.rollout.instances.host import HostSpec, InstanceHost, StepAnswer
@@ -193,7 +194,7 @@ class PipeTransport(Transport):
 
 
 class ProcessBackend(RemoteBackend):
-    def __init__(self, model: str, config: Any, pool: Any) -> None:
+    def __init__(self, model: str, config: RolloutConfig, pool: Any) -> None:
         if config.instances > (os.cpu_count() or 1):
             raise ValueError(f"{config.instances} instances need at least as many cores; this machine has "
                              f"{os.cpu_count()} (use --backend inprocess or ray for more)")

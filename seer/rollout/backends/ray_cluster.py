@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from seer.rollout.backends.remote import RemoteBackend
+from seer.rollout.config import RolloutConfig
 from seer.rollout.instances.base import InstanceLost
 from seer.rollout.instances.host import HostSpec, InstanceHost, KVEntry, StepAnswer
 from seer.rollout.instances.transport import CALL_TIMEOUT_S, InstanceFailed, InstanceSilent, Transport
@@ -141,7 +142,7 @@ class RayTransport(Transport):
 
 
 class RayBackend(RemoteBackend):
-    def __init__(self, model: str, config: Any, pool: Any) -> None:
+    def __init__(self, model: str, config: RolloutConfig, pool: Any) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read at import: keeps Ray on loopback
         try:
             import ray

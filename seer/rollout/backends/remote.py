@@ -19,6 +19,7 @@ from typing import Any
 from seer.engine.config import EngineConfig
 from seer.rollout.backends.base import Backend, BroadcastDrafts, profile_here
 from seer.rollout.backends.wall_clock import drive
+from seer.rollout.config import RolloutConfig
 from seer.rollout.driver import RolloutDriver
 from seer.rollout.instances.base import Instance, InstanceLost
 from seer.rollout.instances.host import HostSpec
@@ -30,7 +31,7 @@ from seer.spec.policy import VerifyCostModel
 
 
 class RemoteBackend(Backend):
-    def __init__(self, model: str, config: Any, engine: EngineConfig, transport: Transport) -> None:
+    def __init__(self, model: str, config: RolloutConfig, engine: EngineConfig, transport: Transport) -> None:
         super().__init__(model, config)
         self.engine = engine
         self.transport = transport
