@@ -3,9 +3,8 @@
 Why one place: ``seer generate`` (one engine), ``seer rollout``, ``seer serve`` and the rollout benchmarks (an
 engine per instance) must accept the same settings under the same names, or they drift apart. Each flag sets the
 ``EngineConfig`` field of the same meaning with that field's default, so a new engine setting reaches every verb
-at once. It lives in the library, below the command
-line, because the benchmarks share the rollout's flags through ``seer.rollout.arguments``, which may not import
-``seer.cli``. Torch-free: argparse and the config only.
+at once. It lives in the library, below the command line, because the benchmarks share the rollout's flags
+through ``seer.rollout.arguments``, which may not import ``seer.cli``. Torch-free: argparse and the config only.
 """
 
 from __future__ import annotations

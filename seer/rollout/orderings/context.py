@@ -159,14 +159,14 @@ class ContextOrdering(Ordering):
         est = self.estimated_remaining(req, group)
         if self.config.rank != "attained":
             return 0, -est
-        if group.finished_lengths and est >= req.max_tokens - req.generated:
+        if not group.finished_lengths:
+            return 3, float(req.generated)
+        if est >= req.max_tokens - req.generated:
             return 0, -est
-        if group.finished_lengths and req.generated >= max(group.finished_lengths):
+        if req.generated >= max(group.finished_lengths):
             return 1, float(req.generated)
-        if group.finished_lengths:
-            center, sigma = self._length_model(group)
-            return 2, mean_remaining(center, req.generated, sigma, req.max_tokens)
-        return 3, float(req.generated)
+        center, sigma = self._length_model(group)
+        return 2, mean_remaining(center, req.generated, sigma, req.max_tokens)
 
     def _rekey(self, req: RolloutRequest, group: Group) -> None:
         """A buffered request gets a fresh entry under the current estimate (its old entries go stale)."""
