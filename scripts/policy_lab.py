@@ -2,12 +2,14 @@
 
 Why: at cluster shape (8 instances, 24 groups) one real-engine sample takes most of an hour per policy on a
 2-core CPU, too slow to compare design choices. This runs the same control plane (driver, request buffer,
-orderings, critical path, scheduler, suffix trees, draft policy) on ``SimInstance``s whose step time is a linear
-fit of real engine steps, ``fixed + per_seq * B + per_token * N + per_pair * P`` (``seer.rollout.step_cost``: take
-the constants from a ``seer bench rollout`` report's ``bound.step_fit`` on the CPU at hand), and whose draft
-policy sees the verify table the engine would profile (batches 1/4/16, 1/3/9 tokens at a 128-token context, with
-the per-pair slope). Length-only traces get random tokens (siblings unalike). A simulation, not a measurement:
-use it to choose what to measure, and measure on the engine (``seer bench rollout --samples``).
+orderings, critical path, scheduler, suffix trees, draft policy) through the engine's rollout template on
+simulated instances (``seer.sim.backend.SimBackend``) whose step time is a linear fit of real engine steps,
+``fixed + per_seq * B + per_token * N + per_pair * P`` (``seer.rollout.step_cost``: take the constants from a
+``seer bench rollout`` report's ``bound.step_fit`` on the CPU at hand), and whose draft policy sees the verify
+table the engine would profile (batches 1/4/16, 1/3/9 tokens at a 128-token context, with the per-pair slope).
+Length-only traces get random tokens (siblings unalike). A simulation, not a measurement: use it to choose what
+to measure, and measure on the engine (``seer bench rollout --samples``); ``seer simulate --replay`` says how
+well the simulator predicted a measured run.
 
     python scripts/policy_lab.py --trace data/math_cot_groups.jsonl --sample 24 --scale 0.5 --samples 6 \\
         --policies verl,seer,seer-paper,seer-oracle,oracle+critical
@@ -23,49 +25,20 @@ import statistics
 from dataclasses import replace
 
 from seer.bench.rollout_bench import kv_blocks_for
-from seer.engine.block_manager import BlockManager
 from seer.engine.config import EngineConfig
-from seer.engine.scheduler import Scheduler
-from seer.engine.speculator import SpecConfig, Speculator
-from seer.rollout.critical_path import batch_speedup
-from seer.rollout.driver import RolloutDriver
+from seer.rollout.config import RolloutConfig
 from seer.rollout.orderings import OrderingConfig
 from seer.rollout.policies import get_policy
 from seer.rollout.step_cost import LinearStepCost
 from seer.rollout.types import GroupInput
 from seer.rollout.workload import ReplayOptions, groups_from_trace
-from seer.sim.cost_model import CostModel, StepSummary
-from seer.sim.hardware import InstanceSpec, get_accelerator, get_model
-from seer.sim.pool import SimKVPool
-from seer.sim.sim_instance import SimInstance
-from seer.spec.draft_server import DraftServer
-from seer.spec.policy import VerifyCostModel
+from seer.sim.backend import SimBackend
+from seer.sim.engine_prices import EnginePrices, FittedCost
+from seer.sim.replay import profile_from_fit
+from seer.utils.kv_size import kv_bytes_per_token
 
 VOCAB = 49152  # SmolLM2's
-
-
-class LinearCost(CostModel):
-    """Steps priced by a linear fit of measured engine steps; KV moves at host-copy speed."""
-
-    def __init__(self, instance: InstanceSpec, fit: LinearStepCost) -> None:
-        super().__init__(instance)
-        self.fit = fit
-
-    def step_time(self, s: StepSummary) -> float:
-        return self.fit.step_time(s.num_seqs, s.num_tokens, s.attn_pairs) if s.num_seqs > 0 else 0.0
-
-    def transfer_time(self, nbytes: float) -> float:
-        return 0.0 if nbytes <= 0 else 2e-4 + nbytes / 4e9
-
-    def draft_time(self, requests: int) -> float:
-        return 1e-4 * requests
-
-
-def verify_table(fit: LinearStepCost, context: float = 128.0) -> VerifyCostModel:
-    """The table the engine's profiler would measure on this fit, with its per-pair slope."""
-    batches, tokens = [1, 4, 16], [1, 3, 9]
-    times = [[fit.step_time(b, b * n, b * n * context) for n in tokens] for b in batches]
-    return VerifyCostModel(batches, tokens, times, 1e-4, pair_s=fit.per_pair_s, context=context)
+KV_BYTES = kv_bytes_per_token(30, 3, 64, 4)  # SmolLM2-135M in fp32
 
 
 def with_tokens(group: GroupInput, seed: int) -> GroupInput:
@@ -79,30 +52,15 @@ def with_tokens(group: GroupInput, seed: int) -> GroupInput:
 
 def run(groups: list[GroupInput], spec: str, instances: int, kv_tokens: int, chunk: int,
         fit: LinearStepCost) -> dict[str, float]:
+    """One policy through the engine's rollout template on simulated instances priced by ``fit`` (KV at host-copy
+    speed, drafting at 0.1 ms a request), drafting by the verify table the engine's profiler would measure."""
     name, _, rank = spec.partition(":")
-    policy = get_policy(name)
-    cost = LinearCost(InstanceSpec(get_accelerator("cpu-2core"), get_model("smollm2-135m"), 1,
-                                   kv_tokens=kv_tokens), fit)
-    table = verify_table(fit)
-    max_model_len = max(len(g.prompt_token_ids) for g in groups) + groups[0].params.max_tokens + 1
-    pool, server = SimKVPool(), DraftServer() if policy.speculative else None
-    insts = []
-    engine = EngineConfig(dtype="float32", decode_reserve=False)  # as the rollout's engine instances
-    for i in range(instances):
-        sched = Scheduler(engine.scheduler_config(max_model_len), BlockManager(kv_tokens // 16, 16, True))
-        spec_ = Speculator.build(SpecConfig(), table, server) if server is not None else None
-        inst = SimInstance(i, sched, cost, pool=pool, speculator=spec_, record=False)
-        inst._policy = None  # the engine's profiled table (with its slope), not the simulator's per-step row
-        insts.append(inst)
-    speedup = batch_speedup(table.batch_sizes, lambda b: table.step_time(b, 1)) if policy.critical else None
-    ordering = OrderingConfig(rank=rank or "remaining")
-    headroom = SpecConfig().kv_headroom if policy.speculative else 0
-    driver = RolloutDriver(policy, insts, groups, chunk_tokens=chunk, ordering_config=ordering, draft_server=server,
-                           draft_headroom=headroom, affinity_spread=32, critical_speedup=speedup)
-    for inst in insts:
-        inst.clock = lambda: driver.now
-    res = driver.run()
-    m = res.metrics
+    engine = EngineConfig(dtype="float32", num_kv_blocks=kv_tokens // 16)
+    config = RolloutConfig(instances=instances, chunk_tokens=chunk, engine=engine,
+                           ordering=OrderingConfig(rank=rank or "remaining"))
+    cost = FittedCost(EnginePrices(fit, KV_BYTES, kv_s_per_byte=1 / 4e9, draft_s_per_request=1e-4))
+    backend = SimBackend(config, cost, profile_from_fit(fit), max_model_len=8192)
+    m = backend.run(get_policy(name), groups, chunk, False, None).metrics
     return {"makespan": m.makespan_s, "tail": m.tail_s, "idle": sum(m.idle_s) / (instances * m.makespan_s)}
 
 

@@ -249,9 +249,21 @@ def run_sample(args: argparse.Namespace, model: Path,
                        "instances": args.instances, "backend": args.backend, "chunk_tokens": args.chunk_tokens,
                        "length_scale": args.length_scale, "max_len": args.max_len, "kv_budget": budget,
                        "peer": args.peer, "machine": machine_info(cfg.engine.dtype)}
+    report["replay"] = replay_inputs(args, model, cfg, c.verify_cost())
     if errors:
         report["errors"] = errors
     return report, results
+
+
+def replay_inputs(args: argparse.Namespace, model: Path, cfg, profile) -> dict[str, Any]:  # noqa: ANN001
+    """What ``seer simulate --replay`` needs to run this sample again: the rollout flags as given, the model's
+    facts and the step profile the instances' draft policy and critical-path placement used."""
+    from seer.sim.replay import engine_facts, rollout_args
+    from seer.utils.kv_size import DTYPE_BYTES
+
+    return {"args": rollout_args(args),
+            "engine": engine_facts(model, cfg.engine.max_model_len, DTYPE_BYTES[cfg.engine.dtype]),
+            "profile": profile.to_profile()}
 
 
 def run(args: argparse.Namespace) -> int:

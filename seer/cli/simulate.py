@@ -5,6 +5,7 @@ baseline fit.
     seer simulate --trace data/castillo_sample.jsonl.gz --instances 4 --policies verl,seer --json out.json
     seer simulate --calibrate steps.jsonl --model smollm2-135m --accelerator cpu-2core --json calib.json
     seer simulate --fit-baseline --workload all        # refit the unknowns, rewrite seer/sim/fitted.json
+    seer simulate --replay benchmarks/rollout_x.json --json replay.json   # a measured run, simulated beside it
 
 The JSON has the keys of ``seer bench rollout`` (policies, speedup_vs_verl, tail_reduction_vs_verl) plus
 ``sim`` (workload, cost model, quantum, simulator speed). Torch is never imported.
@@ -43,8 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--kv-tokens", type=int, default=None, help="KV capacity per instance in tokens")
     cl.add_argument("--constants", default=None, help="cost constants JSON (a --calibrate report)")
     run = p.add_argument_group("run")
-    run.add_argument("--policies", default="verl,divided,context,seer,oracle",
-                     help="comma list of policies to run side by side")
+    run.add_argument("--policies", default=None,
+                     help="comma list of policies to run side by side (default verl,divided,context,seer,oracle; "
+                          "with --replay, the ones the report ran)")
     run.add_argument("--chunk-tokens", type=int, default=None, help="divided-rollout chunk (default 8192 for "
                                                                    "presets, max_tokens/8 for traces)")
     run.add_argument("--quantum", type=int, default=SimConfig.quantum,
@@ -60,6 +62,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibrate", default=None, metavar="STEPS_JSONL",
                    help="fit cost constants to measured steps {num_seqs, num_tokens, context_tokens, seconds}")
     p.add_argument("--fit-baseline", action="store_true", help="fit the presets' unknowns to the paper's veRL")
+    p.add_argument("--replay", default=None, metavar="REPORT",
+                   help="a `seer bench rollout` report: its samples and policies simulated, priced by what its "
+                        "engine paid, beside the measured figures (--trace: the trace's path if it moved)")
     p.set_defaults(func=run_cli)
 
 
@@ -118,7 +123,9 @@ def run_cli(args: argparse.Namespace) -> int:
     from seer.rollout.policies import parse_policies
     from seer.sim.simulate import simulate
 
-    policies = [p.name for p in parse_policies(args.policies)]
+    if args.replay:
+        return _replay(args)
+    policies = [p.name for p in parse_policies(args.policies or "verl,divided,context,seer,oracle")]
     workload, cluster, constants, chunk = _setup(args)
     if args.quantum < 0:
         raise ValueError(f"--quantum must be >= 0, got {args.quantum}")
@@ -157,4 +164,15 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"fitted on {d['n_train']} steps: held-out MAPE {100 * d['heldout_mape']:.1f}% "
           f"(max {100 * d['heldout_max_ape']:.1f}%) over {d['n_heldout']} steps; constants {d['constants']}")
     write_json(args.json, d)
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from seer.rollout.policies import parse_policies
+    from seer.sim.replay import replay, table
+
+    policies = [p.name for p in parse_policies(args.policies)] if args.policies else None
+    out = replay(args.replay, policies, trace=args.trace, progress=not args.no_progress)
+    write_json(args.json, out)
+    print(table(out))
     return 0

@@ -176,8 +176,9 @@ class Sampler:
 
         ``logits`` has 1 + len(draft) rows: row 0 predicts after the last real token, row j+1 after draft token
         j. ``parents[j]`` is draft token j's parent (-1 = the last real token); None means a chain. ``forced``
-        are the recorded next tokens (forced replay). Returns (emitted tokens, their logprobs, accepted draft
-        indices along the path); the last emitted token is the bonus token.
+        are the recorded next tokens (forced replay): a draft token is accepted iff it is the recorded token at
+        its position, so none past the recording's end (the request ends there). Returns (emitted tokens, their
+        logprobs, accepted draft indices along the path); the last emitted token is the bonus token.
         """
         rows = [row] * logits.shape[0]
         lp = self.logprobs(logits, rows)
@@ -192,7 +193,7 @@ class Sampler:
         path: list[int] = []
         while True:
             r = node + 1  # logits row of this node
-            kids = children.get(node, [])
+            kids = children.get(node, []) if forced is None or depth < len(forced) else []
             nxt, tok = self._choose(lp[r], None if probs is None else probs[r], row, depth, draft, kids,
                                     None if forced is None else forced[depth] if depth < len(forced) else None)
             tokens.append(tok)

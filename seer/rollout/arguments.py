@@ -81,7 +81,7 @@ def build_groups(args: argparse.Namespace, model: Path) -> list:
     ``args.length_scale`` here, so the report records the scale used."""
     from seer.models.config import ModelConfig
     from seer.models.tokenizer import Tokenizer
-    from seer.rollout.workload import ReplayOptions, groups_from_prompts, groups_from_trace
+    from seer.rollout.workload import groups_from_prompts, groups_from_trace
     from seer.sampling_params import SamplingParams
 
     if bool(args.prompts) == bool(args.trace):
@@ -93,14 +93,19 @@ def build_groups(args: argparse.Namespace, model: Path) -> list:
     if args.trace:
         if args.length_scale == "auto":
             args.length_scale = resolve_auto_length_scale(args, model)
-        vocab = ModelConfig.from_dir(model).vocab_size
-        opts = ReplayOptions(args.length_scale, args.max_len, args.max_tokens, limit=args.limit, sample=args.sample,
-                             seed=args.seed, temperature=args.temperature)
-        return groups_from_trace(args.trace, vocab, opts)
+        return groups_from_trace(args.trace, ModelConfig.from_dir(model).vocab_size, replay_options(args))
     temperature = 1.0 if args.temperature is None else args.temperature
     sp = SamplingParams(temperature=temperature, top_p=args.top_p, max_tokens=args.max_tokens or DEFAULT_MAX_TOKENS,
                         seed=args.seed)
     return groups_from_prompts(args.prompts, Tokenizer.from_dir(model), args.group_size, sp, args.limit)
+
+
+def replay_options(args: argparse.Namespace):  # noqa: ANN201 - ReplayOptions (imported late)
+    """How ``--trace`` is replayed: scale, caps, sample, seed and temperature."""
+    from seer.rollout.workload import ReplayOptions
+
+    return ReplayOptions(args.length_scale, args.max_len, args.max_tokens, limit=args.limit, sample=args.sample,
+                         seed=args.seed, temperature=args.temperature)
 
 
 def resolve_auto_length_scale(args: argparse.Namespace, model: Path) -> float:

@@ -377,7 +377,8 @@ class RolloutDriver:
                                   reprefill_tokens=self.buffer.reprefill_tokens + summed("reprefill_tokens"),
                                   kv_bytes_moved=self.counters.kv_bytes_moved + summed("kv_bytes_loaded"),
                                   step_costs=[self.step_costs[i] for i in ids],
-                                  reprefill_reasons=self._reprefill_reasons(instance_stats.values()))
+                                  reprefill_reasons=self._reprefill_reasons(instance_stats.values()),
+                                  batches=[len(t) for i in ids for t in self.decisions[i] if t])
         critical = self.buffer.critical
         stats = dict(dataclasses.asdict(self.counters), aborted=len(self.aborted),
                      affinity_yields=self.buffer.affinity_yields,

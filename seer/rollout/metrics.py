@@ -47,6 +47,8 @@ class RolloutMetrics:
     idle_s: list[float] = field(default_factory=list)
     kv_frac: float = 0.0          # share of all instances' busy time spent moving KV to or from the pool
     reprefill_reasons: dict[str, int] = field(default_factory=dict)
+    steps: int = 0                # steps that computed something, all instances together
+    mean_batch: float = 0.0       # sequences per such step
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,9 +105,11 @@ def compute_metrics(
     kv_bytes_moved: int = 0,
     step_costs: Sequence[Sequence[tuple[float, float]]] | None = None,
     reprefill_reasons: Mapping[str, int] | None = None,
+    batches: Sequence[int] = (),
 ) -> RolloutMetrics:
-    """Metrics of one rollout; `busy_intervals[i]` are instance i's busy (start, end) times and
-    `step_costs[i]` the (draft_s, kv_s) inside each of them (none: all compute)."""
+    """Metrics of one rollout; `busy_intervals[i]` are instance i's busy (start, end) times,
+    `step_costs[i]` the (draft_s, kv_s) inside each of them (none: all compute) and `batches` the sequences
+    of every step that computed something."""
     if not responses:
         raise ValueError("no responses to measure")
     finish = [r.finish_time_s for r in responses]
@@ -138,6 +142,8 @@ def compute_metrics(
         idle_s=[s["idle_s"] for s in splits],
         kv_frac=sum(s["kv_s"] for s in splits) / busy if busy > 0 else 0.0,
         reprefill_reasons=dict(reprefill_reasons or {}),
+        steps=len(batches),
+        mean_batch=sum(batches) / len(batches) if batches else 0.0,
     )
 
 

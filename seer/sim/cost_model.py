@@ -128,6 +128,10 @@ class CostModel:
             return 0.0
         return self.constants.pool_latency_s + nbytes / (self.constants.pool_bandwidth * self.instance.gpus)
 
+    def idle_time(self) -> float:
+        """Seconds a step that scheduled nothing takes: one scheduler tick (never host wall time)."""
+        return max(self.constants.step_overhead_s, 1e-6)
+
     def draft_time(self, requests: int) -> float:
         """Seconds of drafting charged to a step in which ``requests`` requests drafted."""
         return self.constants.draft_s_per_request * requests

@@ -31,6 +31,15 @@ class SimKVPool:
         self.bytes_get += nbytes
         self.gets += 1
 
+    def clear(self) -> int:
+        """Drop every entry (a rollout ended: what is left is garbage); returns how many there were."""
+        n = len(self.entries)
+        self.entries.clear()
+        return n
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
     @property
     def kv_bytes_moved(self) -> int:
         return self.bytes_put + self.bytes_get

@@ -61,11 +61,15 @@ class Timeline:
 class SimInstance(ScheduledInstance):
     def __init__(self, instance_id: int, scheduler: Scheduler, cost: CostModel, *, quantum: int = 1,
                  pool: SimKVPool | None = None, speculator: Any = None,
-                 clock: Callable[[], float] | None = None, record: bool = True, check: bool = False) -> None:
+                 clock: Callable[[], float] | None = None, record: bool = True, check: bool = False,
+                 price_drafts: bool = True, eos_token_ids: tuple[int, ...] = ()) -> None:
         """``speculator``: the engine's ``seer.engine.speculator.Speculator`` (drafts from the draft server,
         verified here against the recorded tokens) or a ``ModelSpeculator`` (fitted acceptance); shared by all
-        instances of a run."""
-        super().__init__(instance_id, scheduler, speculator=speculator)
+        instances of a run. ``price_drafts``: the engine speculator's adaptive policy sees the cost model's
+        ``T(B, n)`` at this step's batch and contexts; False keeps the verify profile it was built with, as an
+        engine instance's does (a replay of a measured run). ``eos_token_ids``: the replayed model's, so a recorded
+        token that is one ends its response here as it did on the engine."""
+        super().__init__(instance_id, scheduler, eos_token_ids, speculator)
         if quantum < 1:
             raise ValueError(f"token quantum must be >= 1, got {quantum}")
         self.cost = cost
@@ -76,7 +80,7 @@ class SimInstance(ScheduledInstance):
         self.timeline = Timeline() if record else None
         self._local_now = 0.0
         self._model_accept = getattr(speculator, "accepted", None)   # ModelSpeculator: no tokens to compare
-        self._policy = getattr(speculator, "policy", None)           # engine Speculator: adaptive policy
+        self._policy = getattr(speculator, "policy", None) if price_drafts else None  # engine Speculator's
 
     @classmethod
     def build(cls, instance_id: int, cost: CostModel, *, max_model_len: int, quantum: int = 1,
@@ -115,7 +119,7 @@ class SimInstance(ScheduledInstance):
 
     def idle_duration(self, elapsed_s: float) -> float:
         """A step that scheduled nothing costs one scheduler tick of virtual time (never host wall time)."""
-        return max(self.cost.constants.step_overhead_s, 1e-6)
+        return self.cost.idle_time()
 
     def draft_cost(self, elapsed_s: float, drafted: int) -> float:
         return self.cost.draft_time(drafted)
@@ -157,7 +161,8 @@ class SimInstance(ScheduledInstance):
 
     def _accepted(self, req: Request, num_spec: int) -> int:
         """Drafts accepted: the acceptance model's draw, or greedy verification against the recording (a draft
-        token is accepted iff it equals the recorded token at its position; linear drafts)."""
+        token is accepted iff it equals the recorded token at its position, so none past the recording's end, as
+        the engine verifies; linear drafts)."""
         if self._model_accept is not None:
             return self._model_accept(req, num_spec)
         if req.spec_parents is not None:
@@ -166,7 +171,7 @@ class SimInstance(ScheduledInstance):
         pos = req.num_output_tokens
         drafts = req.spec_token_ids[:num_spec]
         a = 0
-        while a < len(drafts) and pos + a + 1 < len(forced) and drafts[a] == forced[pos + a]:
+        while a < len(drafts) and pos + a < len(forced) and drafts[a] == forced[pos + a]:
             a += 1
         return a
 

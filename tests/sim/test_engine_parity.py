@@ -60,11 +60,8 @@ def trace(groups: int = 6, size: int = 4, seed: int = 0) -> list[GroupInput]:
 
 
 class PricedEngineInstance(EngineInstance):
-    """The engine with a cost model: an empty step costs the simulator's scheduler tick, not host wall time, and
-    a transfer costs what the simulator charges for the same number of KV tokens."""
-
-    def idle_duration(self, elapsed_s: float) -> float:
-        return max(COST.constants.step_overhead_s, 1e-6)
+    """The engine with a cost model: a transfer costs what the simulator charges for the same number of KV
+    tokens (the simulated model's bytes per token, not the tiny model's)."""
 
     def kv_cost(self, elapsed_s: float, nbytes: int) -> float:
         tokens = nbytes // self.engine.model_config.kv_bytes_per_token(torch.float32)

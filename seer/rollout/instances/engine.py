@@ -50,6 +50,9 @@ class EngineInstance(ScheduledInstance):
         price = self.cost_model.price(out) if self.cost_model is not None else None
         return self.engine.execute(out), price
 
+    def idle_duration(self, elapsed_s: float) -> float:
+        return elapsed_s if self.cost_model is None else self.cost_model.idle_time()
+
     def draft_cost(self, elapsed_s: float, drafted: int) -> float:
         return elapsed_s if self.cost_model is None else self.cost_model.draft_time(drafted)
 

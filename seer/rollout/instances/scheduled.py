@@ -33,13 +33,16 @@ from seer.rollout.types import InstanceState, KVSource
 
 
 class StepPricer(Protocol):
-    """Prices a step's compute, a KV transfer and a step's drafting (``seer.sim.cost_model.CostModel``)."""
+    """Prices a step's compute, a KV transfer, a step's drafting and a step that scheduled nothing
+    (``seer.sim.cost_model.CostModel``)."""
 
     def price(self, out: SchedulerOutput, quantum: int = 1) -> float: ...
 
     def transfer_time(self, nbytes: float) -> float: ...
 
     def draft_time(self, requests: int) -> float: ...
+
+    def idle_time(self) -> float: ...
 
 
 class ScheduledInstance(Instance):
