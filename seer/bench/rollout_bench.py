@@ -81,27 +81,29 @@ def split_totals(row: dict) -> dict[str, float]:
 
 
 def bound_for(coordinator, results: dict, instances: int, groups, kv_tokens: int) -> dict | None:
-    """The rollout bound and the acceptance measured in the drafting run (if any), priced by a step cost fitted
-    to every policy's measured steps (each token at its real context, within the KV budget), or by the verify
-    profile where too few steps were measured (short contexts and the batches the profile could fit: a looser,
-    rougher figure). Both are in the report when both exist."""
+    """The rollout bound, with the best acceptance any policy of the run reached (overall, and on the longest
+    response's group), priced by the lower envelope of every policy's measured steps (each token at its real
+    context, within the KV budget; no measured step was faster), or by the verify profile where too few steps
+    were measured (short contexts and the batches the profile could fit: a looser, rougher figure). Both are in
+    the report when both exist, and so is the central fit of the steps (``step_fit``: what a replay prices
+    steps by)."""
     from seer.rollout.bound import fitted_bound, rollout_bound
-    from seer.rollout.step_cost import MIN_STEPS, LinearStepCost, measured_steps
+    from seer.rollout.step_cost import MIN_STEPS, LinearStepCost, lower_envelope, measured_steps
 
     responses = next(iter(results.values())).responses
     longest = max(responses, key=lambda r: len(r.token_ids))
-    spec = next((res.stats["spec"] for res in results.values() if "spec" in res.stats), None)
-    tau = spec["tau"] if spec else 1.0
-    group = (spec or {}).get("per_group", {}).get(str(longest.group_id))
-    longest_tau = group["tau"] if group else tau
-    bounds, fit = {}, None
+    specs = [res.stats["spec"] for res in results.values() if "spec" in res.stats]
+    tau = max((spec["tau"] for spec in specs), default=1.0)
+    group_taus = [spec.get("per_group", {}).get(str(longest.group_id), {}).get("tau") for spec in specs]
+    longest_tau = max((t for t in group_taus if t), default=tau)
+    bounds, fits = {}, {}
     steps = [s for res in results.values() if "step_costs" in res.stats
              for s in measured_steps(res.decisions, res.stats["busy"], res.stats["step_costs"])]
     if len(steps) >= MIN_STEPS:
-        fit = LinearStepCost.fit(steps)
+        fits = {"step_fit": LinearStepCost.fit(steps), "step_envelope": lower_envelope(steps)}
         shapes = [(len(groups[r.group_id].prompt_token_ids), len(r.token_ids)) for r in responses]
         cfg = coordinator.config
-        bounds["fitted"] = fitted_bound(shapes, instances, fit, tau=tau, longest_tau=longest_tau,
+        bounds["fitted"] = fitted_bound(shapes, instances, fits["step_envelope"], tau=tau, longest_tau=longest_tau,
                                         max_tokens_per_seq=1 + cfg.spec.gamma_max, kv_tokens=kv_tokens,
                                         max_seqs=cfg.engine.max_num_seqs)
     cost = coordinator.verify_cost()
@@ -110,8 +112,8 @@ def bound_for(coordinator, results: dict, instances: int, groups, kv_tokens: int
     best = bounds.get("fitted", bounds["profile"])
     out = {k: round(v, 4) if isinstance(v, float) else v for k, v in best.to_dict().items()}
     out["by_model"] = {name: round(b.bound_s, 4) for name, b in bounds.items()}
-    if fit is not None:
-        out["step_fit"] = {k: round(v, 9) if isinstance(v, float) else v for k, v in fit.to_dict().items()}
+    for key, fit in fits.items():
+        out[key] = {k: round(v, 9) if isinstance(v, float) else v for k, v in fit.to_dict().items()}
     return out
 
 

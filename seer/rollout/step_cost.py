@@ -75,6 +75,26 @@ class LinearStepCost:
         return cls(fixed, per_seq, per_token, per_pair, steps=len(usable), mape=mape)
 
 
+def lower_envelope(steps: Sequence[StepShape], rounds: int = 3) -> LinearStepCost:
+    """The step cost no measured step beats: the fit's shape refitted on the steps at or below it (``rounds``
+    times, so it follows the machine's fastest steps, not its noise), then lowered until every step is at or
+    above it. A central fit sits in the middle of the measurements, so a bound it prices can be beaten by a run
+    whose steps were faster than average; priced by the envelope, a bound is one no measured run undercuts.
+    ``mape`` is the steps' mean distance above it."""
+    fit = LinearStepCost.fit(steps)
+    usable = [s for s in steps if s.seqs > 0 and s.seconds > 0]
+    for _ in range(rounds):
+        below = [s for s in usable if s.seconds <= fit.step_time(s.seqs, s.tokens, s.pairs)]
+        if len(below) < MIN_STEPS:
+            break
+        fit = LinearStepCost.fit(below)
+    ratios = [s.seconds / fit.step_time(s.seqs, s.tokens, s.pairs) for s in usable]
+    scale = min(1.0, min(ratios))
+    mape = sum(r / scale - 1.0 for r in ratios) / len(ratios)
+    return LinearStepCost(fit.fixed_s * scale, fit.per_seq_s * scale, fit.per_token_s * scale,
+                          fit.per_pair_s * scale, steps=len(usable), mape=mape)
+
+
 def measured_steps(decisions: Mapping[int, Sequence[Sequence[tuple]]],
                    busy: Mapping[int, Sequence[tuple[float, float]]],
                    step_costs: Mapping[int, Sequence[tuple[float, float]]]) -> list[StepShape]:

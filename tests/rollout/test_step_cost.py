@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from seer.rollout.step_cost import LinearStepCost, StepShape, measured_steps
+from seer.rollout.step_cost import LinearStepCost, StepShape, lower_envelope, measured_steps
 
 TRUE = LinearStepCost(0.004, 0.001, 0.0005, 2e-7)
 
@@ -34,6 +34,21 @@ def test_fit_on_noisy_steps_is_close_and_never_negative():
     fit = LinearStepCost.fit(_steps(400, noise=0.2))
     assert min(fit.fixed_s, fit.per_seq_s, fit.per_token_s, fit.per_pair_s) >= 0
     assert fit.per_pair_s == pytest.approx(TRUE.per_pair_s, rel=0.15) and fit.mape < 0.15
+
+
+def test_no_step_is_below_the_lower_envelope_and_it_follows_the_fastest_steps():
+    """Noise only slows a step down (interference, never a faster machine): the envelope recovers the true
+    cost from below, where a central fit sits in the middle of the noise."""
+    rng = random.Random(1)
+    slowed = [StepShape(s.seqs, s.tokens, s.pairs, s.seconds * (1 + rng.expovariate(1 / 0.15)))
+              for s in _steps(400)]
+    env, central = lower_envelope(slowed), LinearStepCost.fit(slowed)
+    assert all(s.seconds >= env.step_time(s.seqs, s.tokens, s.pairs) * (1 - 1e-9) for s in slowed)
+    truth = [TRUE.step_time(s.seqs, s.tokens, s.pairs) for s in slowed]
+    under = [env.step_time(s.seqs, s.tokens, s.pairs) / t for s, t in zip(slowed, truth)]
+    assert 0.97 < min(under) and max(under) < 1.01                  # the truth, up to the least-slowed steps
+    assert any(s.seconds < central.step_time(s.seqs, s.tokens, s.pairs) for s in slowed)  # a central fit is beaten
+    assert env.steps == 400 and env.mape > 0.05
 
 
 def test_a_chunk_attends_to_its_context_and_itself():
