@@ -257,6 +257,24 @@ def run_sample(args: argparse.Namespace, model: Path,
     return report, results
 
 
+def save_sampled_tokens(json_path: str | Path, seed: int, groups: list[GroupInput],
+                        results: dict[str, RolloutResult], fresh: bool) -> None:
+    """On a length-only trace, keep the tokens each policy's engine sampled beside the report (a replay forces
+    them; ``fresh``: start the file, else append this sample's)."""
+    import gzip
+
+    from seer.sim.replay import tokens_path
+
+    if all(g.forced is not None for g in groups):
+        return
+    path = tokens_path(json_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt" if fresh else "at") as f:
+        for name, result in results.items():
+            f.write(json.dumps({"seed": seed, "policy": name, "tokens": [r.token_ids for r in result.responses]})
+                    + "\n")
+
+
 def replay_inputs(args: argparse.Namespace, model: Path, cfg, profile) -> dict[str, Any]:  # noqa: ANN001
     """What ``seer simulate --replay`` needs to run this sample again: the rollout flags as given, the model's
     facts and the step profile the instances' draft policy and critical-path placement used."""
@@ -293,6 +311,7 @@ def run(args: argparse.Namespace) -> int:
     png = None
     if args.json:
         write_json(args.json, report)
+        save_sampled_tokens(args.json, args.seed, groups, results, fresh=True)
         png = plot_rollout(results, Path(args.json).with_suffix(".png"),
                            f"rollout policies on {Path(args.trace).name}", bound_s=bound_s)
     if args.print_json:

@@ -192,8 +192,9 @@ def run_one(args: argparse.Namespace, model: Path, index: int) -> dict[str, Any]
     groups = build_groups(sample_args, model)
     print(f"sample {index + 1}/{args.samples} (seed {seed}): {len(groups)} groups, "
           f"{sum(g.size for g in groups)} responses", flush=True)
-    report, _ = rollout_bench.run_sample(sample_args, model, groups)
+    report, results = rollout_bench.run_sample(sample_args, model, groups)
     report["setup"]["seed"] = seed
+    rollout_bench.save_sampled_tokens(args.json, seed, groups, results, fresh=index == 0)
     return report
 
 

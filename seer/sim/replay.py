@@ -9,9 +9,10 @@ Whatever still differs is the simulator's error: per policy it reports makespan,
 mean batch and KV bytes moved, simulated against measured, and their relative error.
 
 Token-id traces replay exactly what the engine computed (forced tokens, so sibling drafts are accepted as they
-were). A length-only trace's tokens were sampled by the engine and are not in the report: the replay gives each
-response random tokens of its recorded length, so drafting accepts next to nothing and speculative policies are
-predicted slower than they ran; the report marks such samples (``tokens: "random"``).
+were). On a length-only trace the engine sampled the tokens; the bench keeps them beside the report
+(``tokens_path``: one gzipped JSON line per sample and policy), and the replay forces each policy's own. Without
+that file the replay gives each response random tokens of its recorded length, so drafting accepts next to
+nothing and speculative policies are predicted slower than they ran; the report says which (``tokens``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,30 @@ COMPARED = ("makespan_s", "tail_s", "p90_s", "idle_share", "steps", "mean_batch"
 # the invocation's settings that decide a sample's groups and config, as older reports record them
 SETUP_ARGS = ("model", "trace", "limit", "sample", "seed", "length_scale", "max_len", "max_tokens", "temperature",
               "instances", "chunk_tokens", "context_rank", "kv_affinity_spread", "threads")
+
+
+def tokens_path(report: str | Path) -> Path:
+    """Where a report on a length-only trace keeps the tokens its engine sampled, per sample and policy."""
+    return Path(report).with_suffix(".tokens.jsonl.gz")
+
+
+def sampled_tokens(report: str | Path) -> dict[tuple[int, str], list[list[int]]]:
+    """The tokens each policy's engine sampled in each sample (seed) of ``report``, where it kept them (a line
+    written twice, by a sample that was run again, counts once: the last)."""
+    import gzip
+
+    path = tokens_path(report)
+    if not path.is_file():
+        return {}
+    out: dict[tuple[int, str], list[list[int]]] = {}
+    with gzip.open(path, "rt") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                rec = json.loads(line)
+                out[(int(rec["seed"]), str(rec["policy"]))] = [list(map(int, t)) for t in rec["tokens"]]
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+                raise ValueError(f"{path}:{lineno}: malformed token record ({err})") from None
+    return out
 
 
 def engine_facts(model: Path, engine_max_model_len: int | None, dtype_bytes: int) -> dict[str, Any]:
@@ -73,13 +98,25 @@ def rollout_args(args: argparse.Namespace) -> dict[str, Any]:
     return {key: getattr(args, key) for key in vars(_namespace({})) if hasattr(args, key)}
 
 
-def _with_random_tokens(group: GroupInput, seed: int, vocab: int) -> GroupInput:
-    """A length-only group with random tokens of its recorded lengths (the engine's samples are not recorded)."""
-    if group.forced is not None or group.stop_lengths is None:
-        return group
-    rng = random.Random(f"{seed}:{group.key}")
-    forced = tuple(tuple(rng.randrange(3, vocab) for _ in range(n)) for n in group.stop_lengths)
+def _forced(group: GroupInput, forced: tuple[tuple[int, ...], ...]) -> GroupInput:
     return replace(group, forced=forced, stop_lengths=None, params=replace(group.params, ignore_eos=False))
+
+
+def _with_tokens(groups: list[GroupInput], seed: int, vocab: int,
+                 sampled: list[list[int]] | None) -> list[GroupInput]:
+    """Length-only groups given the tokens the engine sampled for them (responses in group order), else random
+    tokens of their recorded lengths (siblings unalike)."""
+    out, at = [], 0
+    for g in groups:
+        if g.forced is not None or g.stop_lengths is None:
+            out.append(g)
+        elif sampled is not None:
+            out.append(_forced(g, tuple(tuple(t) for t in sampled[at:at + g.size])))
+        else:
+            rng = random.Random(f"{seed}:{g.key}")
+            out.append(_forced(g, tuple(tuple(rng.randrange(3, vocab) for _ in range(n)) for n in g.stop_lengths)))
+        at += g.size
+    return out
 
 
 def _sim_row(result: RolloutResult, instances: int) -> dict[str, Any]:
@@ -103,7 +140,8 @@ def _errors(sim: dict[str, Any], measured: dict[str, Any]) -> dict[str, float | 
 class SampleReplay:
     """One sample of a report: its groups and config rebuilt, its prices fitted, ready to run policies."""
 
-    def __init__(self, sample: dict[str, Any], top: dict[str, Any], trace: str | None = None) -> None:
+    def __init__(self, sample: dict[str, Any], top: dict[str, Any], trace: str | None = None,
+                 tokens: dict[tuple[int, str], list[list[int]]] | None = None) -> None:
         from seer.rollout.arguments import replay_options, rollout_config
         from seer.rollout.workload import groups_from_trace
 
@@ -118,9 +156,9 @@ class SampleReplay:
         facts = recorded.get("engine") or self._facts(setup)
         self.facts = facts
         self.seed = seed
-        groups = groups_from_trace(self.ns.trace, facts["vocab_size"], replay_options(self.ns))
-        self.random_tokens = any(g.forced is None for g in groups)
-        self.groups = [_with_random_tokens(g, self.seed, facts["vocab_size"]) for g in groups]
+        self.trace_groups = groups_from_trace(self.ns.trace, facts["vocab_size"], replay_options(self.ns))
+        self.length_only = any(g.forced is None for g in self.trace_groups)
+        self.tokens = {policy: t for (seed, policy), t in (tokens or {}).items() if seed == self.seed}
         kv_tokens = setup["kv_budget"]["kv_tokens_per_instance"]
         self.config = rollout_config(self.ns, "verl", num_kv_blocks=kv_tokens // self.ns.block_size)
         self.prices = EnginePrices.from_report(sample, facts["kv_bytes_per_token"])
@@ -136,20 +174,25 @@ class SampleReplay:
         dtype = setup.get("dtype") or setup.get("machine", {}).get("dtype") or "float32"
         return engine_facts(resolve_model(setup.get("model")), self.ns.max_model_len, DTYPE_BYTES[dtype])
 
+    def groups(self, name: str) -> list[GroupInput]:
+        """The groups as ``name`` ran them: length-only responses carry the tokens its engine sampled."""
+        return _with_tokens(self.trace_groups, self.seed, self.facts["vocab_size"], self.tokens.get(name))
+
     def run(self, name: str, progress: bool = False) -> RolloutResult:
         backend = SimBackend(self.config, FittedCost(self.prices), self.profile,
                              max_model_len=self.facts["max_model_len"],
                              eos_token_ids=tuple(self.facts["eos_token_ids"]))
         backend.rollouts = self.order.index(name) if name in self.order else len(self.order)
-        return backend.run(get_policy(name), self.groups, self.config.chunk_tokens, progress, None)
+        return backend.run(get_policy(name), self.groups(name), self.config.chunk_tokens, progress, None)
 
     def compare(self, policies: list[str], progress: bool = False) -> dict[str, Any]:
         """Each policy simulated; beside it the measured row and the relative errors where the run had it."""
-        out: dict[str, Any] = {"seed": self.seed, "tokens": "random" if self.random_tokens else "recorded",
-                               "prices": self.prices.to_dict(), "policies": {}, "measured": {}, "error": {}}
+        out: dict[str, Any] = {"seed": self.seed, "prices": self.prices.to_dict(), "policies": {}, "measured": {},
+                               "error": {}, "tokens": {}}
         for name in policies:
             sim = _sim_row(self.run(name, progress), self.config.instances)
             out["policies"][name] = sim
+            out["tokens"][name] = "sampled" if name in self.tokens else "random" if self.length_only else "trace"
             if name in self.measured:
                 measured = _measured(self.measured[name])
                 out["measured"][name] = measured
@@ -177,9 +220,10 @@ def replay(path: str | Path, policies: list[str] | None = None, *, trace: str | 
            progress: bool = False) -> dict[str, Any]:
     """Every sample of the report at ``path`` replayed under ``policies`` (default: the ones it ran)."""
     samples, top = load_report(path)
+    tokens = sampled_tokens(path)
     out: dict[str, Any] = {"replay": str(path), "samples": []}
     for sample in samples:
-        rep = SampleReplay(sample, top, trace)
+        rep = SampleReplay(sample, top, trace, tokens)
         out["samples"].append(rep.compare(policies or rep.order, progress))
     out["summary"] = summarize(out["samples"])
     return out
@@ -213,8 +257,9 @@ def table(out: dict[str, Any]) -> str:
                          f"{pct(e['makespan_s']):>6} {sim['tail_s']:7.1f} / {m['tail_s']:6.1f} {pct(e['tail_s']):>6} "
                          f"{sim['idle_share']:.2f}/{(m['idle_share'] or 0):.2f} {pct(e['steps']):>9} "
                          f"{pct(e['mean_batch']):>9} {pct(e['kv_bytes_moved']):>9}")
-        if s["tokens"] == "random":
-            lines.append(f"     (seed {s['seed']}: a length-only trace: random tokens, drafting under-predicted)")
+        if "random" in s["tokens"].values():
+            lines.append(f"     (seed {s['seed']}: a length-only trace whose sampled tokens were not kept: random "
+                         f"tokens, so drafting is under-predicted)")
     summary = out["summary"]
     lines.append(f"{summary['within_10pct_makespan_15pct_tail']}/{summary['pairs']} pairs within 10% on makespan "
                  f"and 15% on tail")

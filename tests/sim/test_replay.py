@@ -21,7 +21,15 @@ from seer.rollout.policies import get_policy
 from seer.rollout.step_cost import LinearStepCost
 from seer.sim.backend import SimBackend
 from seer.sim.engine_prices import EnginePrices, FittedCost
-from seer.sim.replay import COMPARED, load_report, profile_from_fit, replay
+from seer.sim.replay import (
+    COMPARED,
+    SampleReplay,
+    load_report,
+    profile_from_fit,
+    replay,
+    sampled_tokens,
+    tokens_path,
+)
 from tests.bench.helpers import write_token_trace
 from tests.conftest import TinyModelDir
 from tests.sim.test_engine_parity import VOCAB, trace
@@ -103,7 +111,7 @@ def test_a_bench_report_replays_beside_its_measurements(tiny_model_dir: TinyMode
     assert "verl" in printed and re.search(r"\d/2 pairs within 10% on makespan and 15% on tail", printed)
     out = json.loads(out_path.read_text())
     (sample,) = out["samples"]
-    assert list(sample["policies"]) == ["verl", "seer"] and sample["tokens"] == "recorded"
+    assert list(sample["policies"]) == ["verl", "seer"] and sample["tokens"] == {"verl": "trace", "seer": "trace"}
     for name in ("verl", "seer"):
         sim, measured = sample["policies"][name], sample["measured"][name]
         assert sim["num_responses"] == 32
@@ -113,6 +121,33 @@ def test_a_bench_report_replays_beside_its_measurements(tiny_model_dir: TinyMode
 
     only = replay(report, ["oracle"])  # a policy the run did not measure: simulated, nothing to compare
     assert list(only["samples"][0]["policies"]) == ["oracle"] and only["samples"][0]["error"] == {}
+
+
+def test_a_length_only_run_replays_with_the_tokens_each_policy_sampled(tiny_model_dir: TinyModelDir,
+                                                                      tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEER_CACHE", str(tmp_path / "cache"))
+    model = tiny_model_dir("qwen2", 3)
+    path = tmp_path / "lengths.jsonl"
+    path.write_text("".join(json.dumps({"group_id": f"g{i}", "prompt_len": 6 + i,
+                                        "output_lens": [5 + (3 * i + j) % 17 for j in range(4)]}) + "\n"
+                            for i in range(4)))
+    report = tmp_path / "report.json"
+    assert main(["bench", "rollout", "--model", str(model), "--trace", str(path), "--policies", "verl,seer",
+                 "--instances", "2", "--dtype", "float32", "--threads", "1", "--chunk-tokens", "8",
+                 "--kv-fraction", "1.0", "--temperature", "0", "--json", str(report)]) == 0
+    kept = sampled_tokens(report)
+    assert set(kept) == {(0, "verl"), (0, "seer")}
+    assert [len(t) for t in kept[(0, "verl")]] == [5 + (3 * i + j) % 17 for i in range(4) for j in range(4)]
+
+    out = replay(report)
+    (sample,) = out["samples"]
+    assert sample["tokens"] == {"verl": "sampled", "seer": "sampled"}
+    rep = SampleReplay(json.loads(report.read_text()), {}, tokens=kept)
+    assert [list(f) for g in rep.groups("seer") for f in g.forced or ()] == kept[(0, "seer")]
+
+    tokens_path(report).unlink()  # without them: random tokens, and the replay says so
+    assert replay(report)["samples"][0]["tokens"] == {"verl": "random", "seer": "random"}
 
 
 def test_replay_refuses_what_it_cannot_replay(tmp_path: Path) -> None:
@@ -127,3 +162,8 @@ def test_replay_refuses_what_it_cannot_replay(tmp_path: Path) -> None:
         load_report(bad)
     with pytest.raises(ValueError, match="no step fit"):
         EnginePrices.from_report({"policies": {}}, 100)
+    import gzip
+    with gzip.open(tokens_path(bad), "wt") as f:
+        f.write('{"seed": 0, "policy": "verl", "tokens": [[1, 2]]}\n{"seed": 0}\n')
+    with pytest.raises(ValueError, match=r"bad.tokens.jsonl.gz:2: malformed token record"):
+        sampled_tokens(bad)
