@@ -278,10 +278,11 @@ def save_sampled_tokens(json_path: str | Path, seed: int, groups: list[GroupInpu
 def replay_inputs(args: argparse.Namespace, model: Path, cfg, profile) -> dict[str, Any]:  # noqa: ANN001
     """What ``seer simulate --replay`` needs to run this sample again: the rollout flags as given, the model's
     facts and the step profile the instances' draft policy and critical-path placement used."""
-    from seer.sim.replay import engine_facts, rollout_args
+    from seer.rollout.arguments import recorded_args
+    from seer.sim.replay import engine_facts
     from seer.utils.kv_size import DTYPE_BYTES
 
-    return {"args": rollout_args(args),
+    return {"args": recorded_args(args),
             "engine": engine_facts(model, cfg.engine.max_model_len, DTYPE_BYTES[cfg.engine.dtype]),
             "profile": profile.to_profile()}
 

@@ -31,10 +31,6 @@ METRICS = ("speedup", "tail_reduction", "tail_s", "makespan_s", "makespan_over_b
 # the worse end of each metric: less speedup, tail reduction or compute share; more of everything else
 WORST: dict[str, Callable[[list[float]], float]] = {
     m: min if m in ("speedup", "tail_reduction", "compute_share") else max for m in METRICS}
-# the invocation's arguments a sample's result depends on: a file is resumed only if they all match
-SETUP_ARGS = ("model", "trace", "limit", "sample", "seed", "length_scale", "max_len", "max_tokens", "temperature",
-              "instances", "backend", "chunk_tokens", "context_rank", "kv_affinity_spread", "kv_fraction",
-              "threads")
 UNMATCHED = ("samples", "seeds", "machine")  # setup keys that may differ between a run and its resumption
 
 
@@ -52,9 +48,10 @@ def check_args(args: argparse.Namespace) -> None:
 
 def sample_setup(args: argparse.Namespace, policies: list[str], dtype: str) -> dict[str, Any]:
     """The settings every sample shares, the trace's content hash and the machine."""
+    from seer.rollout.arguments import recorded_args
     from seer.utils.machine import machine_info
 
-    setup: dict[str, Any] = {key: getattr(args, key) for key in SETUP_ARGS}
+    setup: dict[str, Any] = {**recorded_args(args), "kv_fraction": args.kv_fraction}
     setup.update(trace_sha256=file_sha256(args.trace), policies=policies, dtype=dtype, samples=args.samples,
                  seeds=[args.seed + i for i in range(args.samples)], machine=machine_info(dtype))
     return setup
@@ -70,7 +67,10 @@ def file_sha256(path: str | Path) -> str:
 
 def recorded_samples(path: Path, setup: dict[str, Any]) -> list[dict[str, Any]]:
     """The samples ``path`` already holds for this setup ([] when it does not exist); ValueError when it holds
-    something else, so finished samples are never overwritten."""
+    something else, so finished samples are never overwritten. Every rollout flag must match (one the file
+    does not record must be at its default now)."""
+    from seer.rollout.arguments import rollout_defaults
+
     if not path.exists():
         return []
     try:
@@ -80,9 +80,14 @@ def recorded_samples(path: Path, setup: dict[str, Any]) -> list[dict[str, Any]]:
             raise TypeError
     except (json.JSONDecodeError, KeyError, TypeError):
         raise ValueError(f"{path} exists and is not a --samples report; pick another --json path") from None
-    differ = [key for key in {**old, **setup} if key not in UNMATCHED and old.get(key) != setup.get(key)]
+    defaults = vars(rollout_defaults())
+    differ = [key for key in {**old, **setup} if key not in UNMATCHED and old.get(key, defaults.get(key))
+              != setup.get(key)]  # a flag an older file did not record ran at its default
     if differ:
-        changes = "; ".join(f"{key}: {old.get(key)!r} there, {setup.get(key)!r} now" for key in differ)
+        def there(key: str) -> str:
+            return repr(old[key]) if key in old else f"not recorded (so {defaults.get(key)!r})"
+
+        changes = "; ".join(f"{key}: {there(key)} there, {setup.get(key)!r} now" for key in differ)
         raise ValueError(f"{path} holds samples of another setup ({changes}); pick another --json path "
                          f"or rerun with its settings to resume")
     return list(samples)

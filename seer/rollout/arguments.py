@@ -100,6 +100,18 @@ def build_groups(args: argparse.Namespace, model: Path) -> list:
     return groups_from_prompts(args.prompts, Tokenizer.from_dir(model), args.group_size, sp, args.limit)
 
 
+def rollout_defaults() -> argparse.Namespace:
+    """Every rollout flag at its default."""
+    parser = argparse.ArgumentParser()
+    add_rollout_args(parser)
+    return parser.parse_args([])
+
+
+def recorded_args(args: argparse.Namespace) -> dict:
+    """The rollout flags of an invocation, as a report records them (to resume it, or to replay it)."""
+    return {key: getattr(args, key) for key in vars(rollout_defaults()) if hasattr(args, key)}
+
+
 def replay_options(args: argparse.Namespace):  # noqa: ANN201 - ReplayOptions (imported late)
     """How ``--trace`` is replayed: scale, caps, sample, seed and temperature."""
     from seer.rollout.workload import ReplayOptions

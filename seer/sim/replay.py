@@ -32,9 +32,6 @@ from seer.sim.engine_prices import EnginePrices, FittedCost
 from seer.spec.policy import VerifyCostModel
 
 COMPARED = ("makespan_s", "tail_s", "p90_s", "idle_share", "steps", "mean_batch", "kv_bytes_moved")
-# the invocation's settings that decide a sample's groups and config, as older reports record them
-SETUP_ARGS = ("model", "trace", "limit", "sample", "seed", "length_scale", "max_len", "max_tokens", "temperature",
-              "instances", "chunk_tokens", "context_rank", "kv_affinity_spread", "threads")
 
 
 def tokens_path(report: str | Path) -> Path:
@@ -83,19 +80,13 @@ def profile_from_fit(fit: LinearStepCost, context: float = 128.0) -> VerifyCostM
 
 def _namespace(recorded: dict[str, Any]) -> argparse.Namespace:
     """The bench's rollout arguments: their defaults, overridden by what the report recorded."""
-    from seer.rollout.arguments import add_rollout_args
+    from seer.rollout.arguments import rollout_defaults
 
-    parser = argparse.ArgumentParser()
-    add_rollout_args(parser)
-    ns = parser.parse_args([])
+    ns = rollout_defaults()
     for key, value in recorded.items():
-        setattr(ns, key, value)
+        if hasattr(ns, key):
+            setattr(ns, key, value)
     return ns
-
-
-def rollout_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The rollout flags of an invocation (``add_rollout_args``'), as a report records them for its replay."""
-    return {key: getattr(args, key) for key in vars(_namespace({})) if hasattr(args, key)}
 
 
 def _forced(group: GroupInput, forced: tuple[tuple[int, ...], ...]) -> GroupInput:
@@ -147,7 +138,7 @@ class SampleReplay:
 
         setup = {**top, **sample["setup"]}
         recorded = sample.get("replay", {})
-        args = recorded.get("args") or {k: setup[k] for k in SETUP_ARGS if k in setup}
+        args = recorded.get("args") or setup  # older reports: the flags their setup recorded
         seed = int(setup.get("seed", args.get("seed", 0)))  # a --samples report: the sample's own
         self.ns = _namespace({**args, "seed": seed, **({"trace": trace} if trace else {})})
         if not Path(self.ns.trace).is_file():

@@ -109,6 +109,14 @@ def test_a_single_sample_report_is_not_resumed(tmp_path: Path) -> None:
         recorded_samples(path, {"trace": "t"})
 
 
+def test_a_flag_an_older_file_did_not_record_must_be_at_its_default(tmp_path: Path) -> None:
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"setup": {"trace": "t", "sample": 4}, "samples": [{"x": 1}]}))
+    assert recorded_samples(path, {"trace": "t", "sample": 4, "max_num_seqs": 256}) == [{"x": 1}]  # the default
+    with pytest.raises(ValueError, match=r"max_num_seqs: not recorded \(so 256\) there, 64 now"):
+        recorded_samples(path, {"trace": "t", "sample": 4, "max_num_seqs": 64})
+
+
 def report(speedup: dict[str, float] | None, tail: dict[str, float], over: dict[str, float],
            idle: dict[str, float]) -> dict:
     """A synthetic sample report with the keys the summary reads."""
