@@ -7,7 +7,7 @@ end times, so the driver sees events in the order a real cluster would produce t
 duration is the step's measured time (compute, drafting and KV moved); with a cost model it is the model's
 price, which makes every decision reproducible (the simulator and the engine then agree exactly). A step is
 computed when it starts, so what it produces (tokens for sibling drafts, KV it frees, requests it ends) becomes
-visible only when its end is processed (``defer_outcomes``): no decision reads an instance's future. A fault
+visible only when its end is processed (``join_virtual_time``): no decision reads an instance's future. A fault
 plan kills its instance when the clock reaches its time. Torch-free.
 """
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def run_virtual_time(driver: RolloutDriver) -> RolloutResult:
     """Run ``driver``'s rollout to completion on virtual time and return its result."""
     for inst in driver.instances.values():
-        inst.defer_outcomes()
+        inst.join_virtual_time(lambda: driver.now)
     driver.begin()
     in_flight: list[tuple[float, int, int, StepReport, float]] = []
     busy_ids: set[int] = set()

@@ -75,8 +75,6 @@ class SimBackend(Backend):
         return list(self.last), server
 
     def _drive(self, driver: RolloutDriver, policy: RolloutPolicy, fault: FaultPlan | None) -> None:
-        for inst in self.last:
-            inst.clock = lambda: driver.now
         driver.run()
         for inst in self.last:
             inst.check_integrity()

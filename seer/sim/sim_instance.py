@@ -61,7 +61,7 @@ class Timeline:
 class SimInstance(ScheduledInstance):
     def __init__(self, instance_id: int, scheduler: Scheduler, cost: CostModel, *, quantum: int = 1,
                  pool: SimKVPool | None = None, speculator: Any = None,
-                 clock: Callable[[], float] | None = None, record: bool = True, check: bool = False,
+                 record: bool = True, check: bool = False,
                  price_drafts: bool = True, eos_token_ids: tuple[int, ...] = ()) -> None:
         """``speculator``: the engine's ``seer.engine.speculator.Speculator`` (drafts from the draft server,
         verified here against the recorded tokens) or a ``ModelSpeculator`` (fitted acceptance); shared by all
@@ -75,7 +75,7 @@ class SimInstance(ScheduledInstance):
         self.cost = cost
         self.quantum = quantum
         self.pool = pool if pool is not None else SimKVPool()
-        self.clock = clock
+        self.clock: Callable[[], float] | None = None  # the virtual now, once a virtual-time loop runs this
         self.check = check
         self.timeline = Timeline() if record else None
         self._local_now = 0.0
@@ -95,6 +95,10 @@ class SimInstance(ScheduledInstance):
         scheduler = Scheduler(engine.scheduler_config(max_model_len),
                               BlockManager(num_blocks, bs, engine.enable_prefix_caching))
         return cls(instance_id, scheduler, cost, quantum=quantum, **kwargs)  # type: ignore[arg-type]
+
+    def join_virtual_time(self, clock: Callable[[], float]) -> None:
+        super().join_virtual_time(clock)
+        self.clock = clock
 
     # ------------------------------------------------------------------ Instance
     def start(self, chunk: ChunkStart) -> None:

@@ -141,8 +141,6 @@ def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster
                            on_progress=_progress_hook(bar, config.check),
                            draft_server=getattr(spec, "server", None),
                            critical_speedup=_critical_speedup(cost, groups, config, q) if policy.critical else None)
-    for inst in instances:
-        inst.clock = lambda: driver.now
     t0 = time.perf_counter()
     try:
         result = driver.run()

@@ -61,8 +61,6 @@ def replay(groups, policy: str):
         instances.append(SimInstance(i, sched, COST, pool=pool, speculator=spec))
     driver = RolloutDriver(pol, instances, groups, chunk_tokens=8, draft_headroom=4 if pol.speculative else 0,
                            draft_server=server, critical_speedup=(lambda b: b) if pol.critical else None)
-    for inst in instances:
-        inst.clock = lambda: driver.now
     return driver.run(), driver.busy
 
 

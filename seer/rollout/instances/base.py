@@ -8,6 +8,7 @@ cluster simulator make the same decisions from the same events. Torch-free.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from seer.rollout.types import Assignment, InstanceState, KVSource
@@ -130,10 +131,11 @@ class Instance(abc.ABC):
     def release(self, request_id: int) -> None:
         """Free a resident request's KV without saving it."""
 
-    def defer_outcomes(self) -> None:
+    def join_virtual_time(self, clock: Callable[[], float]) -> None:
         """Virtual time: keep what a step produces hidden until ``step_ended``. A step is computed when it
         starts, so without this the dispatcher would see the KV it frees and the requests it ends, and other
-        instances would draft from its tokens, before its end in virtual time."""
+        instances would draft from its tokens, before its end in virtual time. ``clock`` reads the virtual now
+        (a simulated instance stamps its timeline with it)."""
 
     def step_ended(self) -> None:
         """The step begun last has ended: its outcome becomes visible."""

@@ -22,6 +22,7 @@ import abc
 import dataclasses
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Protocol
 
 from seer.engine.request import Request
@@ -165,7 +166,7 @@ class ScheduledInstance(Instance):
         req.max_computed_tokens = max(req.max_computed_tokens, tokens)
         req.reprefill_reason = reason
 
-    def defer_outcomes(self) -> None:
+    def join_virtual_time(self, clock: Callable[[], float]) -> None:
         self._defer = True
         if isinstance(self.speculator, Speculator):
             self.speculator.hold = True
