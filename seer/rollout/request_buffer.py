@@ -19,7 +19,7 @@ nothing runs and nothing fits, the driver must evict resident KV to the pool (cl
 
 from __future__ import annotations
 
-import functools
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -65,6 +65,8 @@ class RequestBuffer:
         self.affinity_yields = 0  # chunks moved off an overloaded KV holder (DispatchConfig.affinity_spread)
         speedup = self.dispatch.critical_speedup
         self.critical = CriticalPath(speedup) if speedup is not None and chunk_tokens is not None else None
+        self._population: PopulationLength | None = None  # the last population fit, and when to refit it
+        self._population_refit = 0
 
     # ---- building -------------------------------------------------------------------------------------
     def add_group(
@@ -154,10 +156,20 @@ class RequestBuffer:
         if self.critical is None:
             return
         unfinished = [*self._buffered.values(), *(r for rs in self._running.values() for r in rs.values())]
-        # fitted at most once a round, and only while some group has revealed nothing (the fit is an EM over
-        # every response, too dear for every round of a large rollout)
-        population = functools.cache(lambda: PopulationLength.fit(self.groups.values()))
-        self.critical.update(unfinished, lambda r: self.estimated_remaining(r, population), instances)
+        self.critical.update(unfinished, lambda r: self.estimated_remaining(r, self._population_fit), instances)
+
+    POPULATION_REFIT_GROWTH = 1.05
+
+    def _population_fit(self) -> PopulationLength | None:
+        """All responses' lengths as one distribution, for requests whose group has revealed nothing: refitted
+        only once the finished count has grown by 5% since the last fit (the fit is an EM over every response,
+        too dear for every dispatch round of a large rollout, and a few more finishes barely move it)."""
+        done = self.num_finished
+        if done >= self._population_refit:
+            self._population = PopulationLength.fit(self.groups.values())
+            grown = math.ceil(done * self.POPULATION_REFIT_GROWTH)
+            self._population_refit = max(done + 1, grown) if self._population is not None else done + 1
+        return self._population
 
     def estimated_remaining(self, req: RolloutRequest,
                             population: Callable[[], PopulationLength | None] | None = None) -> tuple[float, bool]:

@@ -8,6 +8,7 @@ rerun of ``seer simulate --fit-baseline`` visibly changes one file and nothing e
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -47,17 +48,24 @@ def preset_params(name: str, path: Path | None = None) -> dict[str, Any]:
     return dict(load_fitted(path).get("presets", {}).get(name, {}).get("params", {}))
 
 
-def preset_setup(name: str, fitted: bool = True, seed: int = 0,
-                 path: Path | None = None) -> tuple[Workload, Cluster, CostConstants]:
-    """A preset's workload, cluster and cost constants, with its fitted unknowns unless ``fitted`` is False."""
+def preset_setup(name: str, fitted: bool = True, seed: int = 0, path: Path | None = None,
+                 instances: int | None = None) -> tuple[Workload, Cluster, CostConstants]:
+    """A preset's workload, cluster and cost constants, with its fitted unknowns unless ``fitted`` is False;
+    ``instances``: that many instances, each with the preset's groups per instance."""
     if name not in PRESETS:
         raise ValueError(f"unknown workload {name!r}; presets: {', '.join(PRESETS)} (or give --trace FILE)")
     params = preset_params(name, path) if fitted else {}
     cluster = PRESETS[name].cluster()
+    groups = None
+    if instances is not None:
+        if instances < 1:
+            raise ValueError(f"instances must be >= 1, got {instances}")
+        groups = max(1, round(PRESETS[name].num_groups * instances / cluster.num_instances))
+        cluster = replace(cluster, num_instances=instances)
     if "kv_fraction" in params:
         cluster = cluster.with_kv_fraction(float(params["kv_fraction"]))
     workload = preset_workload(name, sigma=float(params.get("sigma", 1.0)), icc=length_icc(path), seed=seed,
-                               cluster=cluster)
+                               cluster=cluster, num_groups=groups)
     base = CostConstants()
     constants = CostConstants(step_overhead_s=float(params.get("step_overhead_s", base.step_overhead_s)))
     return workload, cluster, constants

@@ -169,17 +169,19 @@ class Workload:
 
 
 def preset_workload(name: str, sigma: float = 1.0, icc: float = 0.74, seed: int = 0,
-                    cluster: Cluster | None = None) -> Workload:
-    """A preset's requests with log-normal group-correlated lengths (``lengths.py``) and prompt lengths."""
+                    cluster: Cluster | None = None, num_groups: int | None = None) -> Workload:
+    """A preset's requests with log-normal group-correlated lengths (``lengths.py``) and prompt lengths;
+    ``num_groups``: that many groups of the same distributions instead of the preset's count."""
     if name not in PRESETS:
         raise ValueError(f"unknown workload {name!r}; presets: {', '.join(PRESETS)} (or give --trace FILE)")
     p = PRESETS[name]
-    lengths = LengthModel(p.mean_tokens, p.max_tokens, sigma, icc).sample(p.num_groups, p.group_size, seed)
+    n = num_groups or p.num_groups
+    lengths = LengthModel(p.mean_tokens, p.max_tokens, sigma, icc).sample(n, p.group_size, seed)
     rng = np.random.default_rng(seed + 1)
-    prompts = np.clip(np.rint(p.prompt_tokens * np.exp(0.5 * rng.standard_normal(p.num_groups) - 0.125)),
+    prompts = np.clip(np.rint(p.prompt_tokens * np.exp(0.5 * rng.standard_normal(n) - 0.125)),
                       16, 8 * p.prompt_tokens).astype(int)
     groups = tuple(WorkloadGroup(int(prompts[i]), tuple(int(x) for x in lengths[i]), key=f"{name}-{i}")
-                   for i in range(p.num_groups))
+                   for i in range(n))
     return Workload(name, groups, p.max_tokens, cluster or p.cluster(),
                     f"preset {name}: lognormal lengths, sigma {sigma:.3f}, icc {icc:.3f}, seed {seed}", "paper")
 
