@@ -139,6 +139,9 @@ class SampleReplay:
         setup = {**top, **sample["setup"]}
         recorded = sample.get("replay", {})
         args = recorded.get("args") or setup  # older reports: the flags their setup recorded
+        if not recorded.get("args") and not {"limit", "sample", "seed"} <= set(setup):
+            raise ValueError("the report does not record which groups it ran (no replay.args, no limit/sample/seed "
+                             "in its setup): rerun it with this version of `seer bench rollout`")
         seed = int(setup.get("seed", args.get("seed", 0)))  # a --samples report: the sample's own
         self.ns = _namespace({**args, "seed": seed, **({"trace": trace} if trace else {})})
         if not Path(self.ns.trace).is_file():
@@ -148,6 +151,9 @@ class SampleReplay:
         self.facts = facts
         self.seed = seed
         self.trace_groups = groups_from_trace(self.ns.trace, facts["vocab_size"], replay_options(self.ns))
+        if "groups" in setup and len(self.trace_groups) != setup["groups"]:
+            raise ValueError(f"the replay rebuilt {len(self.trace_groups)} groups where the run had {setup['groups']}: "
+                             f"the trace or the report's settings differ from the run's")
         self.length_only = any(g.forced is None for g in self.trace_groups)
         self.tokens = {policy: t for (seed, policy), t in (tokens or {}).items() if seed == self.seed}
         kv_tokens = setup["kv_budget"]["kv_tokens_per_instance"]

@@ -160,6 +160,9 @@ def test_replay_refuses_what_it_cannot_replay(tmp_path: Path) -> None:
     bad.write_text("{")
     with pytest.raises(ValueError, match="not JSON"):
         load_report(bad)
+    bad.write_text(json.dumps({"setup": {"trace": "t.jsonl", "groups": 2}, "policies": {}}))
+    with pytest.raises(ValueError, match="does not record which groups it ran"):
+        replay(bad)
     with pytest.raises(ValueError, match="no step fit"):
         EnginePrices.from_report({"policies": {}}, 100)
     import gzip
