@@ -107,6 +107,9 @@ class ContextOrdering(Ordering):
             GroupMajorQueue() if self.config.rank == "group" else EstimateQueue(self._key))
         self._groups: dict[int, Group] = {}
         self._centers: dict[int, float] = {}  # group -> censored-MLE median length (cache, dropped on finish)
+        # group -> request -> (generated, spread, remaining_hint): the hint changes only with these and the
+        # group's center, and critical-path placement asks it of every unfinished request every dispatch round
+        self._hints: dict[int, dict[int, tuple[int, float, float]]] = {}
         self._ss = 0.0  # pooled within-group sum of squares of log length over completed groups
         self._dof = 0
         self._finishes = 0
@@ -178,13 +181,20 @@ class ContextOrdering(Ordering):
         """The expected remaining length (runaway share included); None before any sibling has finished."""
         if not group.finished_lengths:
             return None
+        cache = self._hints.setdefault(group.group_id, {})
+        hit = cache.get(req.request_id)
+        if hit is not None and hit[0] == req.generated and hit[1] == self.spread:
+            return hit[2]
         center, sigma = self._length_model(group)
         post = runaway_posterior(center, req.generated, sigma, self.config.runaway_prior)
         typical = mean_remaining(center, req.generated, sigma, req.max_tokens)
-        return post * (req.max_tokens - req.generated) + (1.0 - post) * typical
+        hint = post * (req.max_tokens - req.generated) + (1.0 - post) * typical
+        cache[req.request_id] = (req.generated, self.spread, hint)
+        return hint
 
     def on_group_update(self, group: Group) -> None:
         self._centers.pop(group.group_id, None)
+        self._hints.pop(group.group_id, None)
         respread = False
         self._finishes += 1
         if group.done:  # complete groups enter the spread exactly, once
