@@ -28,6 +28,7 @@ from seer.rollout.orderings import CONTEXT_RANKS, OrderingConfig
 from seer.sim.fitted import preset_setup
 from seer.sim.simulate import SimConfig, run_policy, simulate
 from seer.sim.workloads import PRESETS
+from seer.utils.io import write_json
 
 POLICIES = ("verl", "divided", "context", "seer-paper", "seer", "oracle", "group-oracle")
 
@@ -155,9 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results[name] = reproduce_preset(name, config, progress=sys.stderr.isatty(), plots_dir=plots)
             print(f"{name}: {json.dumps(results[name]['prediction'])}", flush=True)
         print(markdown(results))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    write_json(args.json, results)
     return 0
 
 

@@ -13,15 +13,14 @@ so a simulated token means the same at every size and only the size changes.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 from seer.rollout.metrics import compare
 from seer.sim.fitted import preset_setup
 from seer.sim.simulate import SimConfig, resolve_quantum, run_policy
+from seer.utils.io import write_json
 
 
 def scaling(name: str, sizes: Sequence[int], policies: Sequence[str] = ("verl", "seer"),
@@ -74,9 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = [int(x) for x in args.instances.split(",")]
     result = scaling(args.workload, sizes, args.policies.split(","), progress=True)
     print(markdown(result))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.json, result)
     return 0
 
 
