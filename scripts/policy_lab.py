@@ -20,9 +20,7 @@ A policy may name a context rank after a colon (``context+critical:attained``).
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
-from dataclasses import replace
 
 from seer.bench.rollout_bench import kv_blocks_for
 from seer.engine.config import EngineConfig
@@ -34,20 +32,11 @@ from seer.rollout.types import GroupInput
 from seer.rollout.workload import ReplayOptions, groups_from_trace
 from seer.sim.backend import SimBackend
 from seer.sim.engine_prices import EnginePrices, FittedCost
-from seer.sim.replay import profile_from_fit
+from seer.sim.replay import profile_from_fit, with_tokens
 from seer.utils.kv_size import kv_bytes_per_token
 
 VOCAB = 49152  # SmolLM2's
 KV_BYTES = kv_bytes_per_token(30, 3, 64, 4)  # SmolLM2-135M in fp32
-
-
-def with_tokens(group: GroupInput, seed: int) -> GroupInput:
-    """A length-only group with random tokens of its recorded lengths (siblings unalike)."""
-    if group.forced is not None or group.stop_lengths is None:
-        return group
-    rng = random.Random(f"{seed}:{group.key}")
-    forced = tuple(tuple(rng.randrange(3, VOCAB) for _ in range(n)) for n in group.stop_lengths)
-    return replace(group, forced=forced, stop_lengths=None, params=replace(group.params, ignore_eos=False))
 
 
 def run(groups: list[GroupInput], spec: str, instances: int, kv_tokens: int, chunk: int,
@@ -81,7 +70,7 @@ def main() -> None:
     speedups: dict[str, list[float]] = {}
     for s in range(a.samples):
         groups = groups_from_trace(a.trace, VOCAB, ReplayOptions(a.scale, sample=a.sample, seed=s))
-        groups = [with_tokens(g, s) for g in groups]
+        groups = with_tokens(groups, s, VOCAB, None)
         kv = kv_blocks_for(groups, a.instances, a.kv_fraction, 16, a.chunk)[1]["kv_tokens_per_instance"]
         rows = {p: run(groups, p, a.instances, kv, a.chunk, fit) for p in a.policies.split(",")}
         base = rows["verl"]["makespan"] if "verl" in rows else None

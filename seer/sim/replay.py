@@ -93,7 +93,7 @@ def _forced(group: GroupInput, forced: tuple[tuple[int, ...], ...]) -> GroupInpu
     return replace(group, forced=forced, stop_lengths=None, params=replace(group.params, ignore_eos=False))
 
 
-def _with_tokens(groups: list[GroupInput], seed: int, vocab: int,
+def with_tokens(groups: list[GroupInput], seed: int, vocab: int,
                  sampled: list[list[int]] | None) -> list[GroupInput]:
     """Length-only groups given the tokens the engine sampled for them (responses in group order), else random
     tokens of their recorded lengths (siblings unalike)."""
@@ -173,7 +173,7 @@ class SampleReplay:
 
     def groups(self, name: str) -> list[GroupInput]:
         """The groups as ``name`` ran them: length-only responses carry the tokens its engine sampled."""
-        return _with_tokens(self.trace_groups, self.seed, self.facts["vocab_size"], self.tokens.get(name))
+        return with_tokens(self.trace_groups, self.seed, self.facts["vocab_size"], self.tokens.get(name))
 
     def run(self, name: str, progress: bool = False) -> RolloutResult:
         backend = SimBackend(self.config, FittedCost(self.prices), self.profile,
