@@ -280,10 +280,8 @@ def replay_inputs(args: argparse.Namespace, model: Path, cfg, profile) -> dict[s
     facts and the step profile the instances' draft policy and critical-path placement used."""
     from seer.rollout.arguments import recorded_args
     from seer.sim.replay import engine_facts
-    from seer.utils.kv_size import DTYPE_BYTES
 
-    return {"args": recorded_args(args),
-            "engine": engine_facts(model, cfg.engine.max_model_len, DTYPE_BYTES[cfg.engine.dtype]),
+    return {"args": recorded_args(args), "engine": engine_facts(model, cfg.engine),
             "profile": profile.to_profile()}
 
 

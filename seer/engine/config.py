@@ -83,6 +83,14 @@ class EngineConfig:
             return self.num_kv_blocks
         return max(1, int(self.kv_cache_memory_gb * 2**30) // (kv_bytes_per_token * self.block_size))
 
+    MAX_DEFAULT_MODEL_LEN = 8192
+
+    def model_len(self, max_position_embeddings: int) -> int:
+        """The longest prompt + response an instance serves: ``max_model_len`` if set, else the model's context
+        length capped at 8192 (a 128K-position model would otherwise size every table for contexts a rollout on
+        this hardware never reaches)."""
+        return self.max_model_len or min(max_position_embeddings, self.MAX_DEFAULT_MODEL_LEN)
+
     def scheduler_config(self, max_model_len: int) -> SchedulerConfig:
         """The scheduler's settings, derived from these (the engine and the simulator build their schedulers
         from an ``EngineConfig``, so the two cannot hold different limits)."""

@@ -66,7 +66,7 @@ class LLMEngine:
             rms_norm.kernel_available()
         mc = self.model_config
         num_blocks = config.resolve_num_blocks(mc.kv_bytes_per_token(config.torch_dtype))
-        max_len = config.max_model_len or min(mc.max_position_embeddings, 8192)
+        max_len = config.model_len(mc.max_position_embeddings)
         self.scheduler = Scheduler(config.scheduler_config(max_len),
                                    BlockManager(num_blocks, config.block_size, config.enable_prefix_caching))
         self.runner = ModelRunner(self.model, mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,

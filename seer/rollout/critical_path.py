@@ -15,8 +15,9 @@ shared instances would still finish the rest no later even at ``1 / margin`` of 
 / (I - j)) * (I - j) >= margin * (W - R_1 - ... - R_j)``. The margin (1.5) covers what the ideal rate ignores
 (prefill, KV limits on the batch, uneven loads): without it, requests whose estimate is only just long enough are
 isolated and the instance's throughput is lost for little. At most ``I - 1`` requests are critical, so one instance
-always stays shared. The set is recomputed every dispatch round (estimates sharpen as siblings finish); a request
-that stays critical keeps its instance. That instance takes no other chunk, and the driver moves the paused KV of
+always stays shared. The set is recomputed every dispatch round (estimates sharpen as siblings finish; remaining.py
+keeps them current without re-estimating every request each round); a request that stays critical keeps its
+instance. That instance takes no other chunk, and the driver moves the paused KV of
 other requests off it, so the requests running there finish their chunk and continue elsewhere.
 
 Estimates are the ordering's ``remaining_hint`` (the oracle's is exact). Where it has none (no sibling of the
@@ -32,9 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from seer.rollout.remaining import RemainingWork
 from seer.rollout.types import InstanceState, RolloutRequest
-
-Estimate = Callable[[RolloutRequest], tuple[float, bool]]
 
 
 class CriticalPath:
@@ -54,23 +54,26 @@ class CriticalPath:
     def critical_on(self, instance_id: int) -> int | None:
         return self.request_on.get(instance_id)
 
-    def update(self, unfinished: Sequence[RolloutRequest], estimate: Estimate,
-               instances: Sequence[InstanceState]) -> None:
-        """Recompute the critical set for this dispatch round; a request that stays critical keeps its instance.
-        ``estimate(r)`` is (remaining tokens, whether that is a belief or only the budget left)."""
+    def update(self, work: RemainingWork, instances: Sequence[InstanceState]) -> None:
+        """Recompute the critical set for this dispatch round from the rollout's current estimates (``work``,
+        refreshed); a request that stays critical keeps its instance."""
         live = {i.instance_id: i for i in instances if i.alive}
-        estimates = [(*estimate(r), r) for r in unfinished]
-        rest = sum(e for e, _, _ in estimates)
+        rest = work.total
         # a budget is no evidence that this request, rather than its siblings, ends last: only beliefs compete,
         # while budgets still count in the rest of the work
-        candidates = sorted(((e, r) for e, known, r in estimates if known), key=lambda x: -x[0])
         chosen: list[RolloutRequest] = []
-        for j, (est, req) in enumerate(candidates[:len(live) - 1], start=1):
-            rest -= est
-            shared = len(live) - j
-            if est * self.speedup((len(estimates) - j) / shared) * shared < rest * self.margin:
-                break
-            chosen.append(req)
+        longest = work.longest()
+        try:
+            for j, (est, req) in enumerate(longest, start=1):
+                if j >= len(live):
+                    break
+                rest -= est
+                shared = len(live) - j
+                if est * self.speedup((len(work) - j) / shared) * shared < rest * self.margin:
+                    break
+                chosen.append(req)
+        finally:
+            longest.close()
         keep = {r.request_id for r in chosen}
         for rid, iid in list(self.instance_of.items()):
             if rid not in keep or iid not in live:

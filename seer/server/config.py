@@ -80,4 +80,4 @@ class ModelLimits:
         mc = ModelConfig.from_dir(coordinator.model)
         ec = cfg.instance_engine(coordinator.model)
         blocks = ec.resolve_num_blocks(mc.kv_bytes_per_token(ec.torch_dtype))
-        return cls(min(mc.max_position_embeddings, 8192), mc.vocab_size, blocks * ec.block_size, headroom)
+        return cls(ec.model_len(mc.max_position_embeddings), mc.vocab_size, blocks * ec.block_size, headroom)

@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from seer.engine.config import EngineConfig
 from seer.rollout.policies import get_policy
 from seer.rollout.step_cost import LinearStepCost
 from seer.rollout.types import GroupInput, RolloutResult
@@ -58,16 +59,16 @@ def sampled_tokens(report: str | Path) -> dict[tuple[int, str], list[list[int]]]
     return out
 
 
-def engine_facts(model: Path, engine_max_model_len: int | None, dtype_bytes: int) -> dict[str, Any]:
-    """What a replay needs to know of the model the run used (its report records it from this version on)."""
+def engine_facts(model: Path, engine: EngineConfig) -> dict[str, Any]:
+    """What a replay needs to know of the model the run used and of its instances' limits."""
     from seer.models.config import ModelConfig
     from seer.utils.kv_size import kv_bytes_per_token
 
     mc = ModelConfig.from_dir(model)
     return {"vocab_size": mc.vocab_size, "eos_token_ids": list(mc.eos_token_ids),
-            "max_model_len": engine_max_model_len or min(mc.max_position_embeddings, 8192),
+            "max_model_len": engine.model_len(mc.max_position_embeddings),
             "kv_bytes_per_token": kv_bytes_per_token(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
-                                                     dtype_bytes)}
+                                                     engine.dtype_bytes)}
 
 
 def profile_from_fit(fit: LinearStepCost, context: float = 128.0) -> VerifyCostModel:
@@ -166,10 +167,10 @@ class SampleReplay:
 
     def _facts(self, setup: dict[str, Any]) -> dict[str, Any]:
         from seer.models.prepare import resolve_model
-        from seer.utils.kv_size import DTYPE_BYTES
 
         dtype = setup.get("dtype") or setup.get("machine", {}).get("dtype") or "float32"
-        return engine_facts(resolve_model(setup.get("model")), self.ns.max_model_len, DTYPE_BYTES[dtype])
+        return engine_facts(resolve_model(setup.get("model")), EngineConfig(dtype=dtype,
+                                                                            max_model_len=self.ns.max_model_len))
 
     def groups(self, name: str) -> list[GroupInput]:
         """The groups as ``name`` ran them: length-only responses carry the tokens its engine sampled."""

@@ -8,6 +8,7 @@ from seer.rollout.critical_path import CriticalPath, batch_speedup
 from seer.rollout.dispatch import DispatchConfig
 from seer.rollout.length_model import PopulationLength
 from seer.rollout.policies import UnknownPolicyError, get_policy
+from seer.rollout.remaining import Estimate, RemainingWork
 from seer.rollout.request_buffer import RequestBuffer
 from seer.rollout.types import InstanceState, RequestState, RolloutRequest
 
@@ -22,6 +23,17 @@ def requests(estimates: list[float]) -> tuple[list[RolloutRequest], dict[int, tu
     return reqs, {i: (e, True) for i, e in enumerate(estimates)}
 
 
+def update(cp: CriticalPath, reqs: list[RolloutRequest], estimate: Estimate,
+           live: list[InstanceState]) -> None:
+    """One dispatch round's update over ``reqs`` estimated afresh."""
+    work = RemainingWork()
+    for req in reqs:
+        work.add(req)
+    work.refresh(estimate, None)
+    work.check_integrity(estimate)
+    cp.update(work, live)
+
+
 def instances(n: int, running: tuple[int, ...] = ()) -> list[InstanceState]:
     return [InstanceState(i, 100, 16, running=running[i] if i < len(running) else 0) for i in range(n)]
 
@@ -30,7 +42,7 @@ def test_isolates_the_runaway_when_the_rest_fits_beside_it() -> None:
     reqs, est = requests([1000.0] + [20.0] * 20)
     reqs[0].running_on = 2
     cp = CriticalPath(flat)
-    cp.update(reqs, lambda r: est[r.request_id], instances(4))
+    update(cp, reqs, lambda r: est[r.request_id], instances(4))
     assert cp.instance_of == {0: 2} and cp.critical_on(2) == 0 and cp.isolated == 1
     cp.check_integrity()
 
@@ -38,7 +50,7 @@ def test_isolates_the_runaway_when_the_rest_fits_beside_it() -> None:
 def test_nothing_is_critical_while_the_rest_of_the_work_dominates() -> None:
     reqs, est = requests([100.0] + [50.0] * 100)
     cp = CriticalPath(flat)
-    cp.update(reqs, lambda r: est[r.request_id], instances(4))
+    update(cp, reqs, lambda r: est[r.request_id], instances(4))
     assert cp.instance_of == {}
 
 
@@ -47,7 +59,7 @@ def test_the_margin_decides_borderline_cases() -> None:
     reqs, est = requests([100.0] + [60.0] * 20)
     strict, loose = CriticalPath(flat, margin=1.6), CriticalPath(flat, margin=1.0)
     for cp in (strict, loose):
-        cp.update(reqs, lambda r: est[r.request_id], instances(4))
+        update(cp, reqs, lambda r: est[r.request_id], instances(4))
     assert strict.instance_of == {} and set(loose.instance_of) == {0}
     with pytest.raises(ValueError, match="margin"):
         CriticalPath(flat, margin=0.5)
@@ -56,7 +68,7 @@ def test_the_margin_decides_borderline_cases() -> None:
 def test_a_budget_is_never_evidence_but_counts_as_work() -> None:
     reqs, est = requests([1000.0] + [20.0] * 20)
     cp = CriticalPath(flat)
-    cp.update(reqs, lambda r: (est[r.request_id][0], r.request_id != 0), instances(4))
+    update(cp, reqs, lambda r: (est[r.request_id][0], r.request_id != 0), instances(4))
     assert cp.instance_of == {}  # the long one is only a budget; the short ones are not critical
 
 
@@ -65,7 +77,7 @@ def test_budgets_above_a_belief_do_not_hide_it() -> None:
     # reserved: they count as work but must not use up the candidates
     reqs, est = requests([1100.0] * 8 + [1000.0] + [5.0] * 10)
     cp = CriticalPath(flat)
-    cp.update(reqs, lambda r: (est[r.request_id][0], r.request_id >= 8), instances(4))
+    update(cp, reqs, lambda r: (est[r.request_id][0], r.request_id >= 8), instances(4))
     assert set(cp.instance_of) == {8}
     cp.check_integrity()
 
@@ -90,7 +102,7 @@ def test_the_buffer_estimates_unrevealed_groups_from_the_population() -> None:
 def test_one_instance_stays_shared_and_the_least_loaded_are_reserved() -> None:
     reqs, est = requests([1000.0, 990.0, 980.0, 5.0, 5.0])
     cp = CriticalPath(flat)
-    cp.update(reqs, lambda r: est[r.request_id], instances(3, running=(4, 0, 1)))
+    update(cp, reqs, lambda r: est[r.request_id], instances(3, running=(4, 0, 1)))
     assert cp.instance_of == {0: 1, 1: 2}  # two of three instances, least running first
     cp.check_integrity()
 
@@ -98,9 +110,9 @@ def test_one_instance_stays_shared_and_the_least_loaded_are_reserved() -> None:
 def test_a_finished_or_overtaken_request_releases_its_instance() -> None:
     reqs, est = requests([1000.0] + [20.0] * 20)
     cp = CriticalPath(flat)
-    cp.update(reqs, lambda r: est[r.request_id], instances(4))
+    update(cp, reqs, lambda r: est[r.request_id], instances(4))
     [iid] = cp.instance_of.values()
-    cp.update(reqs[1:], lambda r: est[r.request_id], instances(4))  # the runaway finished
+    update(cp, reqs[1:], lambda r: est[r.request_id], instances(4))  # the runaway finished
     assert cp.instance_of == {} and cp.critical_on(iid) is None
     cp.check_integrity()
 
@@ -111,7 +123,7 @@ def test_a_dead_instance_is_never_reserved() -> None:
     live = instances(4)
     live[0].alive = False
     cp = CriticalPath(flat)
-    cp.update(reqs, lambda r: est[r.request_id], live)
+    update(cp, reqs, lambda r: est[r.request_id], live)
     assert list(cp.instance_of.values()) != [0] and len(cp.instance_of) == 1
 
 

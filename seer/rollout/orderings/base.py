@@ -11,7 +11,7 @@ are stale (``heap.py``). Torch-free.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -88,6 +88,12 @@ class Ordering(ABC):
 
     def on_group_update(self, group: Group) -> None:
         """A sibling finished, so the group's length estimate may have changed."""
+
+    @property
+    def hint_inputs(self) -> Hashable:
+        """What every ``remaining_hint`` depends on beyond the request's progress and its group's finished
+        members: when it changes, every hint may have (cached estimates are dropped)."""
+        return None
 
     def remaining_hint(self, req: RolloutRequest, group: Group) -> float | None:
         """What this ordering believes `req` still has to generate (None: no belief). Instances use it to give

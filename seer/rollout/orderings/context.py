@@ -49,7 +49,7 @@ more than `max_wait` dispatches.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import replace
 
 from seer.rollout.length_model import (
@@ -176,6 +176,10 @@ class ContextOrdering(Ordering):
         req.ticket = self._next_ticket
         self._next_ticket += 1
         self._store(req, group)
+
+    @property
+    def hint_inputs(self) -> Hashable:
+        return self.spread
 
     def remaining_hint(self, req: RolloutRequest, group: Group) -> float | None:
         """The expected remaining length (runaway share included); None before any sibling has finished."""
