@@ -47,7 +47,7 @@ def test_the_control_plane_imports_no_torch() -> None:
     modules = ["seer.engine.scheduler", "seer.engine.decode_reserve", "seer.engine.block_manager", "seer.engine.step",
                "seer.engine.config", "seer.engine.arguments",
                "seer.rollout.request_buffer",
-               "seer.rollout.orderings", "seer.rollout.critical_path", "seer.rollout.driver",
+               "seer.rollout.orderings", "seer.rollout.critical_path", "seer.rollout.remaining", "seer.rollout.driver",
                "seer.rollout.kv_pool", "seer.rollout.stall", "seer.rollout.virtual_time",
                "seer.rollout.step_cost", "seer.rollout.bound", "seer.rollout.config", "seer.rollout.onpolicy",
                "seer.spec.suffix_tree",

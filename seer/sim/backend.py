@@ -6,11 +6,17 @@ dispatch, critical-path speedup from the instances' step profile, draft headroom
 pool clearing and drafting stats). Only the instances differ: ``SimInstance``s built from the same
 ``EngineConfig`` (scheduler limits, KV blocks, block size, prefix caching), each drafting through the engine's
 ``Speculator`` with the profile the engine used, priced by ``cost``, on virtual time like the in-process backend.
-Torch-free.
+
+The paper's presets run through it too, at a token quantum ``q`` (a simulated token stands for ``q`` real ones,
+sim_instance.py): the caller gives the engine config in simulated blocks, and the draft headroom, which the config
+states in real tokens, is rounded up to simulated ones here. Their instances draft with a fitted acceptance
+model instead of suffix trees (``speculators``) and the drafting policy sees the cost model's prices
+(``price_drafts``), since no engine profiled them. Torch-free.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from seer.engine.block_manager import BlockManager
@@ -28,20 +34,30 @@ from seer.sim.sim_instance import SimInstance
 from seer.spec.draft_server import DraftServer
 from seer.spec.policy import VerifyCostModel
 
+# a policy -> every instance's speculator and the draft service the driver tells of finished groups (or None)
+Speculators = Callable[[RolloutPolicy], tuple[list[Any], DraftServer | None]]
+
 
 class SimBackend(Backend):
     virtual_time = True
 
     def __init__(self, config: RolloutConfig, cost: CostModel, profile: VerifyCostModel, *, max_model_len: int,
-                 eos_token_ids: tuple[int, ...] = (), record: bool = False, check: bool = False) -> None:
+                 eos_token_ids: tuple[int, ...] = (), quantum: int = 1, speculators: Speculators | None = None,
+                 price_drafts: bool = False, record: bool = False, check: bool = False) -> None:
         """``profile``: the step profile the engine's draft policy and critical-path placement used;
-        ``max_model_len`` and ``eos_token_ids``: the engine's context limit and the model's end tokens."""
+        ``max_model_len`` and ``eos_token_ids``: the engine's context limit and the model's end tokens (in
+        simulated tokens of ``quantum`` real ones); ``speculators``: how drafting policies draft (default: the
+        engine's ``Speculator`` over one draft server, with ``profile``); ``price_drafts``: see ``SimInstance``;
+        ``check``: integrity checks after every step."""
         if config.engine.num_kv_blocks is None:
             raise ValueError("a simulated instance needs engine.num_kv_blocks (its KV capacity in blocks)")
         super().__init__("simulated", config)
         self.cost = cost
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
+        self.quantum = quantum
+        self.speculators = speculators
+        self.price_drafts = price_drafts
         self.record = record
         self.check = check
         self.pool = SimKVPool()
@@ -57,25 +73,46 @@ class SimBackend(Backend):
     def _measure_cost(self) -> VerifyCostModel:
         raise AssertionError("the profile is given at construction")
 
+    def _driver_kwargs(self, policy: RolloutPolicy, cost: VerifyCostModel | None) -> dict[str, Any]:
+        kwargs = super()._driver_kwargs(policy, cost)
+        kwargs["draft_headroom"] = -(-kwargs["draft_headroom"] // self.quantum)
+        return kwargs
+
     def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], DraftServer | None]:
         engine = self.config.instance_engine(self.model)
-        server = DraftServer() if policy.speculative else None
-        spec_cfg = self.config.spec
+        specs, server = self._speculators(policy)
         self.last = []
-        for i in range(self.config.instances):
+        for i, spec in enumerate(specs):
             scheduler = Scheduler(engine.scheduler_config(self.max_model_len),
                                   BlockManager(engine.num_kv_blocks or 0, engine.block_size,
                                                engine.enable_prefix_caching))
-            spec = None
-            if server is not None:
-                spec = Speculator.build(spec_cfg, self.verify_cost() if spec_cfg.adaptive else None, server)
-            self.last.append(SimInstance(i, scheduler, self.cost, pool=self.pool, speculator=spec,
-                                         record=self.record, check=self.check, price_drafts=False,
-                                         eos_token_ids=self.eos_token_ids))
+            self.last.append(SimInstance(i, scheduler, self.cost, quantum=self.quantum, pool=self.pool,
+                                         speculator=spec, record=self.record, check=self.check,
+                                         price_drafts=self.price_drafts, eos_token_ids=self.eos_token_ids))
         return list(self.last), server
 
+    def _speculators(self, policy: RolloutPolicy) -> tuple[list[Any], DraftServer | None]:
+        n = self.config.instances
+        if not policy.speculative:
+            return [None] * n, None
+        if self.speculators is not None:
+            return self.speculators(policy)
+        server = DraftServer()
+        spec_cfg = self.config.spec
+        cost = self.verify_cost() if spec_cfg.adaptive else None
+        return [Speculator.build(spec_cfg, cost, server) for _ in range(n)], server
+
     def _drive(self, driver: RolloutDriver, policy: RolloutPolicy, fault: FaultPlan | None) -> None:
+        if self.check:
+            progress = driver.on_progress
+
+            def checked(d: RolloutDriver) -> None:
+                d.buffer.check_integrity()
+                if progress is not None:
+                    progress(d)
+            driver.on_progress = checked
         driver.run()
+        driver.buffer.check_integrity()
         for inst in self.last:
             inst.check_integrity()
 

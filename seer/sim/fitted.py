@@ -49,9 +49,10 @@ def preset_params(name: str, path: Path | None = None) -> dict[str, Any]:
 
 
 def preset_setup(name: str, fitted: bool = True, seed: int = 0, path: Path | None = None,
-                 instances: int | None = None) -> tuple[Workload, Cluster, CostConstants]:
+                 instances: int | None = None, icc: float | None = None) -> tuple[Workload, Cluster, CostConstants]:
     """A preset's workload, cluster and cost constants, with its fitted unknowns unless ``fitted`` is False;
-    ``instances``: that many instances, each with the preset's groups per instance."""
+    ``instances``: that many instances, each with the preset's groups per instance; ``icc``: the within-group
+    correlation of log lengths (default: the one measured on the CASTILLO traces)."""
     if name not in PRESETS:
         raise ValueError(f"unknown workload {name!r}; presets: {', '.join(PRESETS)} (or give --trace FILE)")
     params = preset_params(name, path) if fitted else {}
@@ -64,8 +65,9 @@ def preset_setup(name: str, fitted: bool = True, seed: int = 0, path: Path | Non
         cluster = replace(cluster, num_instances=instances)
     if "kv_fraction" in params:
         cluster = cluster.with_kv_fraction(float(params["kv_fraction"]))
-    workload = preset_workload(name, sigma=float(params.get("sigma", 1.0)), icc=length_icc(path), seed=seed,
-                               cluster=cluster, num_groups=groups)
+    workload = preset_workload(name, sigma=float(params.get("sigma", 1.0)),
+                               icc=length_icc(path) if icc is None else icc, seed=seed, cluster=cluster,
+                               num_groups=groups)
     base = CostConstants()
     constants = CostConstants(step_overhead_s=float(params.get("step_overhead_s", base.step_overhead_s)))
     return workload, cluster, constants

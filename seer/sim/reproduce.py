@@ -13,6 +13,10 @@ workloads at once, the acceptance of sibling drafts (Table 2): it reruns ``seer-
 the acceptance model's tokens gained per verification scaled by each factor (``AcceptanceModel.scaled``), against
 one veRL run, and reports the factor at which the predicted speedup would equal the paper's. An explanation, not a
 fit: the reproduction above keeps factor 1.
+
+``--length-sweep ICC1,... [--seeds S1,...]`` does the same for the length distribution: the within-group
+correlation of log length (measured on CASTILLO, not published for the paper's workloads) and the sample drawn,
+with veRL rerun on each draw, since lengths move veRL too.
 """
 
 from __future__ import annotations
@@ -70,6 +74,41 @@ def acceptance_sensitivity(name: str, factors: Sequence[float], config: SimConfi
     target = PRESETS[name].paper.seer_speedup
     return {"verl_makespan_s": verl, "paper_speedup": target, "factors": {str(f): r for f, r in rows.items()},
             "matching_factor": matching_factor({f: r["speedup"] for f, r in rows.items()}, target)}
+
+
+LENGTH_POLICIES = ("verl", "seer-paper", "seer")
+
+
+def length_sensitivity(name: str, iccs: Sequence[float], seeds: Sequence[int],
+                       config: SimConfig | None = None, instances: int | None = None) -> dict:
+    """veRL, ``seer-paper`` and ``seer`` on the preset's lengths drawn with each within-group correlation (ICC of
+    log length) and each seed, the fitted unknowns unchanged: how much the prediction rests on the length
+    distribution the paper does not publish (its spread is fitted to veRL; how alike siblings are is not).
+    ``instances``: a smaller cluster with the same load per instance (tests)."""
+    config = config or SimConfig(record=False)
+    paper = PRESETS[name].paper
+    rows = {}
+    for icc in iccs:
+        for seed in seeds:
+            workload, cluster, constants = preset_setup(name, seed=seed, icc=icc, instances=instances)
+            runs = {p: run_policy(workload, p, cluster, constants, config).result.metrics for p in LENGTH_POLICIES}
+            verl = runs["verl"].makespan_s
+            rows[f"icc {icc:g}, seed {seed}"] = {
+                "icc": icc, "seed": seed, "verl_makespan_s": verl, "verl_err": verl / paper.verl_total_s - 1,
+                "verl_tail_s": runs["verl"].tail_s,
+                **{f"{p}_speedup": verl / runs[p].makespan_s for p in LENGTH_POLICIES[1:]}}
+    return {"paper_speedup": paper.seer_speedup, "paper_verl_total_s": paper.verl_total_s, "rows": rows}
+
+
+def length_markdown(results: dict[str, dict]) -> str:
+    lines = ["| workload | lengths | veRL sim / paper | veRL tail | seer-paper / paper | seer |",
+             "|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        for label, row in r["rows"].items():
+            lines.append(f"| {name} | {label} | {row['verl_makespan_s']:,.0f} / {r['paper_verl_total_s']:,.0f} s "
+                         f"({100 * row['verl_err']:+.0f}%) | {row['verl_tail_s']:,.0f} s | "
+                         f"{row['seer-paper_speedup']:.2f}x / {r['paper_speedup']:.2f}x | {row['seer_speedup']:.2f}x |")
+    return "\n".join(lines)
 
 
 def matching_factor(speedups: dict[float, float], target: float) -> float | None:
@@ -132,7 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="scale the acceptance model's tokens gained per verification (not the reproduction)")
     ap.add_argument("--sensitivity", default=None, metavar="F1,F2,...",
                     help="only veRL and seer-paper, once per acceptance scale factor (see the module docstring)")
+    ap.add_argument("--length-sweep", default=None, metavar="ICC1,ICC2,...",
+                    help="only veRL, seer-paper and seer, on lengths drawn with each within-group correlation")
+    ap.add_argument("--seeds", default="0", help="with --length-sweep: comma list of length-sampling seeds")
     args = ap.parse_args(argv)
+    if args.sensitivity and args.length_sweep:
+        raise SystemExit("give one of --sensitivity and --length-sweep")
     if args.sensitivity and args.accept_scale != 1:
         raise SystemExit("--sensitivity sets the acceptance scale itself; drop --accept-scale")
     names = args.workloads.split(",")
@@ -140,7 +184,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name not in PRESETS:
             raise SystemExit(f"unknown workload {name!r}; presets: {', '.join(PRESETS)}")
     results = {}
-    if args.sensitivity:
+    if args.length_sweep:
+        iccs = [float(x) for x in args.length_sweep.split(",")]
+        seeds = [int(x) for x in args.seeds.split(",")]
+        config = SimConfig(quantum=args.quantum, record=False, ordering=OrderingConfig(rank=args.context_rank))
+        for name in names:
+            results[name] = length_sensitivity(name, iccs, seeds, config)
+            print(f"{name}: done", flush=True)
+        print(length_markdown(results))
+    elif args.sensitivity:
         factors = [float(f) for f in args.sensitivity.split(",")]
         config = SimConfig(quantum=args.quantum, record=False, ordering=OrderingConfig(rank=args.context_rank))
         for name in names:

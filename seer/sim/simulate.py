@@ -2,8 +2,9 @@
 
 Why one entry point: the simulator is only worth its numbers if it runs the same control plane as the engine
 (request buffer, orderings, dispatcher, scheduler, block manager, suffix trees) and measures with the same
-metric code. So ``run_policy`` builds ``SimInstance``s (the engine's scheduler priced by the cost model), hands
-them to the real ``RolloutDriver`` and keeps what the plots need (busy intervals, per-step running requests and
+metric code. So ``run_policy`` runs the engine backends' rollout template (``SimBackend``: the real
+``RolloutDriver`` built from a ``RolloutConfig``) over ``SimInstance``s (the engine's scheduler priced by the cost
+model) and keeps what the plots need (busy intervals, per-step running requests and
 KV use, finish times); ``simulate`` runs several policies on one workload and returns ``compare(...)``'s JSON
 plus a ``sim`` section (cluster, cost constants, token quantum, simulator speed: events = instance steps
 processed by the discrete-event loop, and sequence-steps = scheduled requests over all those steps).
@@ -12,22 +13,25 @@ processed by the discrete-event loop, and sequence-steps = scheduled requests ov
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Sequence
 
 from seer.engine.config import EngineConfig, verl_rollout_engine
-from seer.rollout.driver import RolloutDriver
+from seer.engine.speculator import SpecConfig
+from seer.rollout.config import RolloutConfig
 from seer.rollout.metrics import compare, reference_ratios
 from seer.rollout.orderings import OrderingConfig
 from seer.rollout.policies import RolloutPolicy, get_policy
 from seer.rollout.types import GroupInput, RolloutResult
 from seer.sim.acceptance import AcceptanceModel
+from seer.sim.backend import SimBackend
 from seer.sim.cost_model import CostConstants, CostModel, StepSummary
 from seer.sim.model_speculator import ModelSpeculator
-from seer.sim.pool import SimKVPool
-from seer.sim.sim_instance import SimInstance, Timeline
+from seer.sim.sim_instance import SimInstance, Timeline, sim_block_size
 from seer.sim.speculation import SimSpecConfig
 from seer.sim.workloads import Cluster, Workload, default_quantum
+from seer.spec.draft_server import DraftServer
+from seer.spec.policy import VerifyCostModel
 
 
 @dataclass(frozen=True)
@@ -76,11 +80,11 @@ def resolve_quantum(workload: Workload, config: SimConfig) -> int:
 
 
 def _speculators(workload: Workload, config: SimConfig, quantum: int, cost: CostModel,
-                 models: dict[str, AcceptanceModel], instances: int) -> list[Any]:
-    """One speculator per instance: the engine's, over one shared draft server (token-id traces at quantum 1:
-    real suffix trees, exact acceptance; each instance holds its steps' tokens until the step ends, as engine
-    instances do), else one fitted acceptance model shared by all (``workload.acceptance``: the paper's for
-    presets)."""
+                 models: dict[str, AcceptanceModel], instances: int) -> tuple[list[Any], DraftServer | None]:
+    """One speculator per instance and the draft server they share: the engine's, over one draft server
+    (token-id traces at quantum 1: real suffix trees, exact acceptance; each instance holds its steps' tokens until
+    the step ends, as engine instances do), else one fitted acceptance model shared by all and no server
+    (``workload.acceptance``: the paper's for presets)."""
     mode = config.acceptance
     if mode == "auto":
         mode = "replay" if quantum == 1 and workload.has_token_ids else workload.acceptance
@@ -90,18 +94,17 @@ def _speculators(workload: Workload, config: SimConfig, quantum: int, cost: Cost
         if config.accept_scale != 1:
             raise ValueError("accept_scale applies to an acceptance model; replayed suffix trees accept what "
                              "they accept (pass --acceptance paper or math_cot to scale a model)")
-        from seer.engine.speculator import SpecConfig, Speculator
-        from seer.spec.draft_server import DraftServer, DraftServerConfig
+        from seer.engine.speculator import Speculator
+        from seer.spec.draft_server import DraftServerConfig
         from seer.spec.drafter import DrafterConfig
-        from seer.spec.policy import VerifyCostModel
 
         gamma = config.spec.gamma_max
         server = DraftServer(DraftServerConfig(drafter=DrafterConfig(gamma_max=gamma), keep_history=False))
         return [Speculator.build(SpecConfig(gamma_max=gamma), VerifyCostModel([1], [1], [[1.0]]), server)
-                for _ in range(instances)]
+                for _ in range(instances)], server
     if mode not in models:
         raise ValueError(f"unknown acceptance model {mode!r}; known: replay, {', '.join(models)}")
-    return [ModelSpeculator(config.spec, models[mode].scaled(config.accept_scale), cost, quantum)] * instances
+    return [ModelSpeculator(config.spec, models[mode].scaled(config.accept_scale), cost, quantum)] * instances, None
 
 
 def _instance_spec_stats(instances: Sequence[SimInstance]) -> dict:
@@ -116,7 +119,7 @@ def _instance_spec_stats(instances: Sequence[SimInstance]) -> dict:
 def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster | None = None,
                constants: CostConstants | None = None, config: SimConfig | None = None, *,
                progress: bool = False, acceptance_models: dict[str, AcceptanceModel] | None = None) -> PolicyRun:
-    """One policy on one workload, in virtual time."""
+    """One policy on one workload, in virtual time, through the engine's rollout template (``SimBackend``)."""
     policy = get_policy(policy) if isinstance(policy, str) else policy
     cluster = cluster or workload.cluster
     config = config or SimConfig()
@@ -124,66 +127,41 @@ def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster
     cost = CostModel(cluster.instance, constants)
     groups = workload.to_groups(q)
     max_model_len = max(len(g.prompt_token_ids) for g in groups) + groups[0].params.max_tokens + 1
-    pool = SimKVPool()
-    specs: list[Any] = [None] * cluster.num_instances
-    if policy.speculative:
-        from seer.sim.fitted import acceptance_models as fitted_models
-        specs = _speculators(workload, config, q, cost, acceptance_models or fitted_models(), cluster.num_instances)
-    instances = [SimInstance.build(i, cost, max_model_len=max_model_len, quantum=q, engine=config.engine,
-                                   pool=pool, speculator=spec,
-                                   record=config.record, check=config.check)
-                 for i, spec in enumerate(specs)]
-    spec = specs[0]
     chunk = max(1, -(-config.chunk_tokens // q))
-    bar = _progress_bar(policy.name, workload.num_requests) if progress else None
-    driver = RolloutDriver(policy, list(instances), groups, chunk_tokens=chunk,
-                           ordering_config=config.ordering,
-                           on_progress=_progress_hook(bar, config.check),
-                           draft_server=getattr(spec, "server", None),
-                           critical_speedup=_critical_speedup(cost, groups, config, q) if policy.critical else None)
+    block = sim_block_size(config.engine.block_size, q)
+    blocks = cluster.instance.kv_capacity_tokens // (block * q)
+    if blocks < 1:
+        raise ValueError(f"instance KV capacity {cluster.instance.kv_capacity_tokens} tokens holds no block")
+    rollout = RolloutConfig(policy=policy.name, instances=cluster.num_instances, chunk_tokens=chunk,
+                            engine=replace(config.engine, block_size=block, num_kv_blocks=blocks),
+                            spec=SpecConfig(gamma_max=config.spec.gamma_max), ordering=config.ordering,
+                            kv_affinity_spread=None)
+
+    def speculators(_: RolloutPolicy) -> tuple[list[Any], DraftServer | None]:
+        from seer.sim.fitted import acceptance_models as fitted_models
+        return _speculators(workload, config, q, cost, acceptance_models or fitted_models(), cluster.num_instances)
+
+    backend = SimBackend(rollout, cost, decode_profile(cost, groups, config, q), max_model_len=max_model_len,
+                         quantum=q, speculators=speculators, price_drafts=True, record=config.record,
+                         check=config.check)
     t0 = time.perf_counter()
-    try:
-        result = driver.run()
-    finally:
-        if bar is not None:
-            bar.close()
+    result = backend.run(policy, groups, chunk, progress, None)
     wall = time.perf_counter() - t0
-    driver.buffer.check_integrity()       # always at the end; after every step when config.check
-    for inst in instances:
-        inst.check_integrity()
-    timelines = {i.instance_id: i.timeline for i in instances if i.timeline is not None}
-    return PolicyRun(policy.name, result, driver.busy, timelines, wall, driver.counters.steps,
-                     _instance_spec_stats(instances) if spec is not None else None)
+    timelines = {i.instance_id: i.timeline for i in backend.last if i.timeline is not None}
+    spec = _instance_spec_stats(backend.last) if policy.speculative else None
+    return PolicyRun(policy.name, result, result.stats["busy"], timelines, wall, result.stats["steps"], spec)
 
 
-def _critical_speedup(cost: CostModel, groups: Sequence[GroupInput], config: SimConfig,
-                      quantum: int) -> Callable[[float], float]:
-    """Critical-path placement's ``speedup(b)`` from the cost model: decode steps at the workload's mean context
-    (the prompt and half a response; groups are in simulated tokens of ``quantum`` real ones)."""
-    from seer.rollout.critical_path import batch_speedup
+def decode_profile(cost: CostModel, groups: Sequence[GroupInput], config: SimConfig,
+                   quantum: int) -> VerifyCostModel:
+    """The step profile critical-path placement reads: decode steps of every batch size up to the engine's limit
+    (powers of two) at the workload's mean context (the prompt and half a response; groups are in simulated
+    tokens of ``quantum`` real ones), one token each, priced by the cost model."""
     lengths = [n for g in groups for n in (g.true_lengths or (g.params.max_tokens,) * g.size)]
     ctx = sum(len(g.prompt_token_ids) * g.size for g in groups) / len(lengths) + sum(lengths) / len(lengths) / 2
     sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= config.engine.max_num_seqs]
-    return batch_speedup(sizes, lambda b: cost.step_time(StepSummary.decode(round(b), b * ctx * quantum)))
-
-
-def _progress_bar(name: str, total: int):  # noqa: ANN202 - tqdm type is optional
-    from tqdm import tqdm
-    return tqdm(total=total, desc=f"simulate {name}", unit="resp", leave=False, mininterval=0.5)
-
-
-def _progress_hook(bar, check: bool):  # noqa: ANN001, ANN202
-    if bar is None and not check:
-        return None
-
-    def hook(driver: RolloutDriver) -> None:
-        if check:
-            driver.buffer.check_integrity()
-        if bar is not None:
-            done = driver.buffer.num_finished
-            if done != bar.n:
-                bar.update(done - bar.n)
-    return hook
+    times = [[cost.step_time(StepSummary.decode(b, b * ctx * quantum))] for b in sizes]
+    return VerifyCostModel(sizes, [1], times)
 
 
 def report(runs: Sequence[PolicyRun], workload: Workload, cluster: Cluster, constants: CostConstants,

@@ -99,3 +99,26 @@ def test_critical_path_placement_runs_the_runaway_alone() -> None:
     assert all(row["num_responses"] == 64 for row in rows.values())
     assert rows["oracle+critical"]["makespan_s"] < 0.85 * rows["oracle"]["makespan_s"]
     assert rows["context+critical"]["makespan_s"] <= 1.01 * rows["context"]["makespan_s"]
+
+
+def test_length_sweep_draws_lengths_with_each_correlation() -> None:
+    import numpy as np
+
+    from seer.sim.fitted import preset_setup
+    from seer.sim.reproduce import length_markdown, length_sensitivity
+
+    def within_share(icc: float) -> float:
+        """Share of log-length variance inside groups."""
+        workload = preset_setup("moonlight", icc=icc)[0]
+        logs = [np.log(np.maximum(g.lengths, 1)) for g in workload.groups]
+        return float(np.mean([x.var() for x in logs]) / np.concatenate(logs).var())
+
+    assert within_share(0.95) < 0.5 * within_share(0.3)
+    out = length_sensitivity("moonlight", [0.3, 0.95], [0, 1], instances=1)
+    assert list(out["rows"]) == ["icc 0.3, seed 0", "icc 0.3, seed 1", "icc 0.95, seed 0", "icc 0.95, seed 1"]
+    makespans = {row["verl_makespan_s"] for row in out["rows"].values()}
+    assert len(makespans) == 4  # veRL runs on each draw
+    for row in out["rows"].values():
+        assert row["seer_speedup"] > 0 and row["seer-paper_speedup"] > 0
+    table = length_markdown({"moonlight": out})
+    assert len(table.splitlines()) == 6 and "icc 0.95, seed 1" in table

@@ -78,7 +78,7 @@ class Backend(abc.ABC):
             fault = None
         with tqdm(total=sum(g.size for g in groups), disable=not progress, desc=f"rollout[{policy.name}]",
                   unit="resp") as bar:
-            driver = RolloutDriver(policy, instances, groups, chunk_tokens, **self.config.driver_kwargs(policy, cost),
+            driver = RolloutDriver(policy, instances, groups, chunk_tokens, **self._driver_kwargs(policy, cost),
                                    on_progress=_progress(bar), fault=fault if self.virtual_time else None,
                                    draft_server=drafts, listener=listener,
                                    seed=mix_seed("rollout", self.config.engine.seed, self.rollouts))
@@ -95,6 +95,10 @@ class Backend(abc.ABC):
         if policy.speculative:
             result.stats["spec"] = self._spec_stats(drafts, result)
         return result
+
+    def _driver_kwargs(self, policy: RolloutPolicy, cost: VerifyCostModel | None) -> dict[str, Any]:
+        """The driver's settings from the rollout config (a backend whose token is not one token adapts them)."""
+        return self.config.driver_kwargs(policy, cost)
 
     @abc.abstractmethod
     def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], Any]:
