@@ -11,14 +11,18 @@ Rule. Let ``W`` be the estimated remaining work of the ``N`` unfinished requests
 estimated remaining lengths of those with a belief (below), ``I`` the live instances and ``s(b)`` the speedup of an
 instance running ``b`` sequences over one sequence alone (tokens per unit of time, from the engine's step profile).
 The ``j``-th longest is critical when, with it and the ``j - 1`` before it each alone on an instance, the ``I - j``
-shared instances would still finish the rest no later even at ``1 / margin`` of their ideal rate: ``R_j * s((N - j)
-/ (I - j)) * (I - j) >= margin * (W - R_1 - ... - R_j)``. The margin (1.5) covers what the ideal rate ignores
-(prefill, KV limits on the batch, uneven loads): without it, requests whose estimate is only just long enough are
-isolated and the instance's throughput is lost for little. At most ``I - 1`` requests are critical, so one instance
-always stays shared. The set is recomputed every dispatch round (estimates sharpen as siblings finish; remaining.py
-keeps them current without re-estimating every request each round); a request that stays critical keeps its
-instance. That instance takes no other chunk, and the driver moves the paused KV of
-other requests off it, so the requests running there finish their chunk and continue elsewhere.
+shared instances would still finish the rest no later even at ``1 / margin`` of their ideal rate:
+``R_j * s(b_j) * (I - j) >= margin * (W - R_1 - ... - R_j)``, where ``b_j = min((N - j) / (I - j), K / c)``: the
+waiting requests spread over the shared instances, but no more than an instance's KV (``K`` tokens) holds at the
+unfinished requests' mean context ``c``. Without that cap, a cluster whose batches are bounded by memory (hundreds
+of requests waiting per instance) counts on batches it can never run, and isolates requests whose instances it
+cannot spare. The margin (1.5) covers what the ideal rate still ignores (prefill, uneven loads): without it,
+requests whose estimate is only just long enough are isolated and the instance's throughput is lost for little.
+At most ``I - 1`` requests are critical, so one instance always stays shared. The set is recomputed every dispatch
+round (estimates sharpen as siblings finish; remaining.py keeps them current without re-estimating every request
+each round); a request that stays critical keeps its instance. That instance takes no other chunk, and the driver
+moves the paused KV of other requests off it, so the requests running there finish their chunk and continue
+elsewhere.
 
 Estimates are the ordering's ``remaining_hint`` (the oracle's is exact). Where it has none (no sibling of the
 request has finished) the request buffer falls back to the population of finished responses
@@ -31,6 +35,7 @@ critical. Torch-free.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from seer.rollout.remaining import RemainingWork
@@ -58,6 +63,7 @@ class CriticalPath:
         """Recompute the critical set for this dispatch round from the rollout's current estimates (``work``,
         refreshed); a request that stays critical keeps its instance."""
         live = {i.instance_id: i for i in instances if i.alive}
+        held = self._batch_held(list(live.values()), work.mean_context)
         rest = work.total
         # a budget is no evidence that this request, rather than its siblings, ends last: only beliefs compete,
         # while budgets still count in the rest of the work
@@ -69,7 +75,8 @@ class CriticalPath:
                     break
                 rest -= est
                 shared = len(live) - j
-                if est * self.speedup((len(work) - j) / shared) * shared < rest * self.margin:
+                batch = min((len(work) - j) / shared, held)
+                if est * self.speedup(batch) * shared < rest * self.margin:
                     break
                 chosen.append(req)
         finally:
@@ -83,6 +90,15 @@ class CriticalPath:
                 iid = self._choose(req, live)
                 self.instance_of[req.request_id], self.request_on[iid] = iid, req.request_id
                 self.isolated += 1
+
+    @staticmethod
+    def _batch_held(live: Sequence[InstanceState], mean_context: float) -> float:
+        """The batch a shared instance's KV holds at the unfinished requests' mean context: the shared
+        instances run no larger batches than that, however many requests wait (unbounded where an instance does
+        not report its size)."""
+        if not live or mean_context <= 0 or any(i.total_blocks is None for i in live):
+            return math.inf
+        return max(1.0, min(i.total_blocks * i.block_size for i in live) / mean_context)  # type: ignore[operator]
 
     def _choose(self, req: RolloutRequest, live: dict[int, InstanceState]) -> int:
         """Where the request runs or holds its KV if that instance is free to reserve, else the least loaded."""

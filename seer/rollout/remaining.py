@@ -31,10 +31,17 @@ class RemainingWork:
         self._version: dict[int, int] = {}  # request id -> version of its live heap entry
         self._heap: list[tuple[float, int, int]] = []  # (-estimate, request id, version) of beliefs
         self._inputs: Hashable = None  # the rollout-wide inputs the cached estimates were computed with
+        self._context: dict[int, int] = {}  # request id -> its context length at its last refresh
         self.total = 0.0
+        self.context_total = 0  # the unfinished requests' context lengths, summed (KV they hold or will)
 
     def __len__(self) -> int:
         return len(self._unfinished)
+
+    @property
+    def mean_context(self) -> float:
+        """The unfinished requests' mean context length (prompt and generated tokens)."""
+        return self.context_total / len(self._unfinished) if self._unfinished else 0.0
 
     def add(self, req: RolloutRequest) -> None:
         """A new unfinished request (estimated at the next refresh)."""
@@ -54,6 +61,7 @@ class RemainingWork:
         old = self._value.pop(rid, None)
         if old is not None:
             self.total -= old[0]
+        self.context_total -= self._context.pop(rid, 0)
         self._version.pop(rid, None)
 
     def refresh(self, estimate: Estimate, inputs: Hashable) -> None:
@@ -66,6 +74,8 @@ class RemainingWork:
             self._heap.clear()
             self.total = 0.0
         for rid, req in self._stale.items():
+            self.context_total += req.context_len - self._context.get(rid, 0)
+            self._context[rid] = req.context_len
             old = self._value.get(rid)
             new = estimate(req)
             if old is not None:
@@ -107,6 +117,8 @@ class RemainingWork:
         """The cache covers exactly the unfinished requests; with ``estimate``, every fresh entry is current."""
         assert set(self._value) | set(self._stale) >= set(self._unfinished), "an unfinished request is untracked"
         assert set(self._value) <= set(self._unfinished), "a finished request is still counted"
+        assert set(self._context) == set(self._value), "context lengths and estimates cover different requests"
+        assert self.context_total == sum(self._context.values()), "the context total drifted"
         exact = math.fsum(v for v, _ in self._value.values())
         assert abs(exact - self.total) <= 1e-6 * max(1.0, abs(exact)), "the running total drifted"
         live = {e[1] for e in self._heap if self._version.get(e[1]) == e[2]}

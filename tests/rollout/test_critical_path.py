@@ -166,3 +166,20 @@ def test_critical_is_a_suffix_of_divided_policies_only() -> None:
         get_policy("verl+critical")
     with pytest.raises(UnknownPolicyError, match="NAME\\+critical"):
         get_policy("seer+fast")
+
+
+def test_the_shared_batch_is_capped_by_what_an_instance_kv_holds() -> None:
+    """Ideal batching would absorb the rest beside the long request, but each instance's KV holds only two
+    80-token contexts: the rest needs the instances, so nothing is isolated."""
+    reqs = [RolloutRequest(i, i, 0, 80, 2000) for i in range(101)]
+    est = {i: (1000.0 if i == 0 else 100.0, True) for i in range(101)}
+
+    def linear(b: float) -> float:
+        return max(b, 1.0)
+
+    small = [InstanceState(i, 10, 16, total_blocks=10) for i in range(4)]
+    unsized = [InstanceState(i, 10, 16) for i in range(4)]  # an instance that does not report its size
+    capped, uncapped = CriticalPath(linear), CriticalPath(linear)
+    update(capped, reqs, lambda r: est[r.request_id], small)
+    update(uncapped, reqs, lambda r: est[r.request_id], unsized)
+    assert capped.instance_of == {} and list(uncapped.instance_of) == [0]
