@@ -16,7 +16,7 @@ step stands for ``q`` real steps (``CostModel.summarize``). Decisions then happe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from seer.engine.block_manager import BlockManager
@@ -40,6 +40,16 @@ def sim_block_size(block_size: int, quantum: int) -> int:
     if block_size % quantum:
         raise ValueError(f"token quantum {quantum} must divide the block size {block_size} (or exceed it)")
     return block_size // quantum
+
+
+def simulated_engine(engine: EngineConfig, kv_capacity_tokens: int, quantum: int) -> EngineConfig:
+    """``engine`` in simulated tokens: blocks of ``sim_block_size``, as many as ``kv_capacity_tokens`` real tokens
+    fill."""
+    block = sim_block_size(engine.block_size, quantum)
+    blocks = kv_capacity_tokens // (block * quantum)
+    if blocks < 1:
+        raise ValueError(f"instance KV capacity {kv_capacity_tokens} tokens holds no block")
+    return replace(engine, block_size=block, num_kv_blocks=blocks)
 
 
 @dataclass
@@ -87,13 +97,9 @@ class SimInstance(ScheduledInstance):
               engine: EngineConfig | None = None, **kwargs: object) -> "SimInstance":
         """An instance of ``engine`` (veRL's vLLM settings by default) whose KV capacity comes from the cost
         model's instance profile (in real tokens)."""
-        engine = engine or verl_rollout_engine()
-        bs = sim_block_size(engine.block_size, quantum)
-        num_blocks = cost.instance.kv_capacity_tokens // (bs * quantum)
-        if num_blocks < 1:
-            raise ValueError(f"instance KV capacity {cost.instance.kv_capacity_tokens} tokens holds no block")
+        engine = simulated_engine(engine or verl_rollout_engine(), cost.instance.kv_capacity_tokens, quantum)
         scheduler = Scheduler(engine.scheduler_config(max_model_len),
-                              BlockManager(num_blocks, bs, engine.enable_prefix_caching))
+                              BlockManager(engine.num_kv_blocks or 0, engine.block_size, engine.enable_prefix_caching))
         return cls(instance_id, scheduler, cost, quantum=quantum, **kwargs)  # type: ignore[arg-type]
 
     def join_virtual_time(self, clock: Callable[[], float]) -> None:

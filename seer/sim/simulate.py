@@ -13,7 +13,7 @@ processed by the discrete-event loop, and sequence-steps = scheduled requests ov
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from seer.engine.config import EngineConfig, verl_rollout_engine
@@ -27,7 +27,7 @@ from seer.sim.acceptance import AcceptanceModel
 from seer.sim.backend import SimBackend
 from seer.sim.cost_model import CostConstants, CostModel, StepSummary
 from seer.sim.model_speculator import ModelSpeculator
-from seer.sim.sim_instance import SimInstance, Timeline, sim_block_size
+from seer.sim.sim_instance import SimInstance, Timeline, simulated_engine
 from seer.sim.speculation import SimSpecConfig
 from seer.sim.workloads import Cluster, Workload, default_quantum
 from seer.spec.draft_server import DraftServer
@@ -128,12 +128,8 @@ def run_policy(workload: Workload, policy: RolloutPolicy | str, cluster: Cluster
     groups = workload.to_groups(q)
     max_model_len = max(len(g.prompt_token_ids) for g in groups) + groups[0].params.max_tokens + 1
     chunk = max(1, -(-config.chunk_tokens // q))
-    block = sim_block_size(config.engine.block_size, q)
-    blocks = cluster.instance.kv_capacity_tokens // (block * q)
-    if blocks < 1:
-        raise ValueError(f"instance KV capacity {cluster.instance.kv_capacity_tokens} tokens holds no block")
     rollout = RolloutConfig(policy=policy.name, instances=cluster.num_instances, chunk_tokens=chunk,
-                            engine=replace(config.engine, block_size=block, num_kv_blocks=blocks),
+                            engine=simulated_engine(config.engine, cluster.instance.kv_capacity_tokens, q),
                             spec=SpecConfig(gamma_max=config.spec.gamma_max), ordering=config.ordering,
                             kv_affinity_spread=None)
 
