@@ -55,13 +55,15 @@ class CriticalPath:
         self.instance_of: dict[int, int] = {}  # critical request id -> its instance
         self.request_on: dict[int, int] = {}   # instance id -> its critical request
         self.isolated = 0                      # requests made critical (a report counter)
+        self.work = RemainingWork()            # the estimates the rule reads; their owner keeps them current
 
     def critical_on(self, instance_id: int) -> int | None:
         return self.request_on.get(instance_id)
 
-    def update(self, work: RemainingWork, instances: Sequence[InstanceState]) -> None:
-        """Recompute the critical set for this dispatch round from the rollout's current estimates (``work``,
-        refreshed); a request that stays critical keeps its instance."""
+    def update(self, instances: Sequence[InstanceState]) -> None:
+        """Recompute the critical set for this dispatch round from the rollout's current estimates (``work``, which
+        its owner has refreshed); a request that stays critical keeps its instance."""
+        work = self.work
         live = {i.instance_id: i for i in instances if i.alive}
         held = self._batch_held(list(live.values()), work.mean_context)
         rest = work.total
@@ -113,6 +115,7 @@ class CriticalPath:
         del self.request_on[iid]
 
     def check_integrity(self) -> None:
+        self.work.check_integrity()
         assert len(self.instance_of) == len(self.request_on), "critical map and its inverse differ in size"
         for rid, iid in self.instance_of.items():
             assert self.request_on.get(iid) == rid, f"instance {iid} is not reserved for request {rid}"

@@ -27,7 +27,6 @@ from seer.rollout.critical_path import CriticalPath
 from seer.rollout.dispatch import DispatchConfig, InstancePicker
 from seer.rollout.length_model import PopulationLength
 from seer.rollout.orderings import Ordering, OrderingConfig, make_ordering
-from seer.rollout.remaining import RemainingWork
 from seer.rollout.types import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -66,7 +65,6 @@ class RequestBuffer:
         self.affinity_yields = 0  # chunks moved off an overloaded KV holder (DispatchConfig.affinity_spread)
         speedup = self.dispatch.critical_speedup
         self.critical = CriticalPath(speedup) if speedup is not None and chunk_tokens is not None else None
-        self._work = RemainingWork() if self.critical is not None else None  # critical-path estimates
         self._population: PopulationLength | None = None  # the last population fit, and when to refit it
         self._population_refit = 0
 
@@ -104,8 +102,8 @@ class RequestBuffer:
             self.requests[rid] = req
             self._buffered[rid] = req
             self.ordering.push(req, group)
-            if self._work is not None:
-                self._work.add(req)
+            if self.critical is not None:
+                self.critical.work.add(req)
         self.groups[gid] = group
         return group
 
@@ -157,12 +155,12 @@ class RequestBuffer:
 
     def update_critical(self, instances: Sequence[InstanceState]) -> None:
         """Refresh critical-path placement (critical_path.py) before a dispatch round."""
-        if self.critical is None or self._work is None:
+        if self.critical is None:
             return
         population = self._population_fit()
-        self._work.refresh(lambda r: self.estimated_remaining(r, lambda: population),
-                           (population, self.ordering.hint_inputs))
-        self.critical.update(self._work, instances)
+        self.critical.work.refresh(lambda r: self.estimated_remaining(r, lambda: population),
+                                   (population, self.ordering.hint_inputs))
+        self.critical.update(instances)
 
     POPULATION_REFIT_GROWTH = 1.05
 
@@ -259,8 +257,8 @@ class RequestBuffer:
         req.running_on = None
         req.generated += new_tokens
         group = self.groups[req.group_id]
-        if self._work is not None:
-            self._work.touch(req)
+        if self.critical is not None:
+            self.critical.work.touch(req)
         if finished or req.generated == req.max_tokens:
             req.state = RequestState.FINISHED
             req.finish_reason = finish_reason or (FINISH_LENGTH if req.generated == req.max_tokens else FINISH_STOP)
@@ -296,10 +294,10 @@ class RequestBuffer:
         else:
             group.finished_lengths.append(req.generated)
         self.ordering.on_group_update(group)
-        if self._work is not None:  # the group's length model moved: its members' estimates with it
-            self._work.remove(req)
+        if self.critical is not None:  # the group's length model moved: its members' estimates with it
+            self.critical.work.remove(req)
             for sibling in group.requests:
-                self._work.touch(sibling)
+                self.critical.work.touch(sibling)
 
     # ---- queries --------------------------------------------------------------------------------------
     @property
@@ -351,7 +349,6 @@ class RequestBuffer:
             aborted = sum(r.finish_reason == FINISH_ABORT for r in group.requests)
             assert group.aborted == aborted, f"group {gid} aborted count"
         self.ordering.check_integrity(self._buffered.values())
-        if self.critical is not None and self._work is not None:
+        if self.critical is not None:
             self.critical.check_integrity()
-            self._work.check_integrity()
             assert not set(self.critical.instance_of) & self._finished, "a finished request is still critical"

@@ -31,7 +31,8 @@ def update(cp: CriticalPath, reqs: list[RolloutRequest], estimate: Estimate,
         work.add(req)
     work.refresh(estimate, None)
     work.check_integrity(estimate)
-    cp.update(work, live)
+    cp.work = work
+    cp.update(live)
 
 
 def instances(n: int, running: tuple[int, ...] = ()) -> list[InstanceState]:

@@ -38,8 +38,8 @@ def test_cached_estimates_equal_fresh_ones_through_a_random_rollout(ordering: st
     while not buf.all_finished:
         live = [InstanceState(i, 400, 16, max_running=6) for i in range(4)]  # KV goes to the pool
         buf.update_critical(live)
-        work = buf._work
-        assert work is not None
+        assert buf.critical is not None
+        work = buf.critical.work
         total, beliefs = fresh(buf)
         assert work.total == pytest.approx(total, rel=1e-9, abs=1e-6)
         longest = work.longest()
@@ -55,7 +55,7 @@ def test_cached_estimates_equal_fresh_ones_through_a_random_rollout(ordering: st
                               kv_instance=None)
         rounds += 1
         assert rounds < 1_000
-    assert buf._work is not None and len(buf._work) == 0
+    assert buf.critical is not None and len(buf.critical.work) == 0
 
 
 def test_longest_restores_what_it_took_and_skips_stale_entries() -> None:
