@@ -34,12 +34,6 @@ class SpecConfig:
         if self.k_branches < 1 or self.tree_tokens < 1:
             raise ValueError("k_branches and tree_tokens must be >= 1")
 
-    @property
-    def kv_headroom(self) -> int:
-        """KV slots a draft may occupy beyond the committed tokens: the draft length, or a tree's node count
-        (every node of a tree draft is verified, so every node needs a slot)."""
-        return max(self.gamma_max, self.tree_tokens) if self.k_branches > 1 else self.gamma_max
-
 
 class Speculator:
     def __init__(self, server: DraftServer, policy: SpecPolicy | None, config: SpecConfig | None = None) -> None:
@@ -90,11 +84,15 @@ class Speculator:
             self.server.finish_group(group_id)
 
     # ------------------------------------------------------------------ per step
-    def _max_gamma(self, req: Request) -> int:
+    @staticmethod
+    def _room(req: Request) -> int:
+        """KV slots a draft may occupy: those the request's chunk (or budget) has reserved beyond its committed
+        tokens, less the bonus token's. Every verified token, a tree's every node, takes a slot, so a draft that
+        stays inside them needs no KV beyond what admission reserved for the chunk."""
         left = req.max_output_tokens - req.num_output_tokens - 1
         if req.chunk_end is not None:
             left = min(left, req.chunk_end - req.num_output_tokens - 1)
-        return max(0, min(self.config.gamma_max, left))
+        return max(0, left)
 
     def before_schedule(self, scheduler: Scheduler) -> int:
         """Attach drafts to the running requests that decode next step; returns how many asked for one."""
@@ -104,7 +102,8 @@ class Speculator:
             self.ensure_group(r)
         if not ready:
             return 0
-        caps: dict[Hashable, int] = {r.request_id: self._max_gamma(r) for r in ready}
+        room = {r.request_id: self._room(r) for r in ready}
+        caps: dict[Hashable, int] = {rid: min(self.config.gamma_max, n) for rid, n in room.items()}
         if self.config.adaptive:
             assert self.policy is not None
             batch = len(scheduler.running) + len(scheduler.waiting)
@@ -119,7 +118,7 @@ class Speculator:
         if asks:
             k = self.config.k_branches
             reqs = [DraftRequest(self.group_of(r), r.request_id, r.all_token_ids()[-self.config.context_tokens:],
-                                 g if k == 1 else max(g, min(self.config.tree_tokens, g * k)), k,
+                                 g if k == 1 else max(g, min(self.config.tree_tokens, g * k, room[r.request_id])), k,
                                  None if k == 1 else g)
                     for r, g in asks]
             for (r, _), d in zip(asks, self.server.propose(reqs)):

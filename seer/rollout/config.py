@@ -81,6 +81,5 @@ class RolloutConfig:
             if cost is None:
                 raise ValueError("critical-path placement needs the engine's step profile")
             speedup = batch_speedup(cost.batch_sizes, lambda b: cost.step_time(b, 1))
-        return dict(draft_headroom=self.spec.kv_headroom if policy.speculative else 0,
-                    ordering_config=self.ordering, affinity_spread=self.kv_affinity_spread,
+        return dict(ordering_config=self.ordering, affinity_spread=self.kv_affinity_spread,
                     critical_speedup=speedup)

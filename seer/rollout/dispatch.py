@@ -4,9 +4,9 @@ The instance that already holds the request's KV takes it if the chunk fits ther
 the most free KV (then fewest running), the KV moving through the pool. A holder running more than
 ``affinity_spread`` requests beyond the least loaded live instance is overloaded: the least loaded instance
 takes the chunk if it fits there, since affinity alone lets the instances that happen to hold KV keep long
-queues while others idle. Admission is strict: a chunk goes only where its KV fits for the whole chunk (plus
-draft headroom), so instances never preempt. Instances sit in heaps with lazy updates, so a round with k
-dispatches over N instances costs O(N + k log N). Torch-free.
+queues while others idle. Admission is strict: a chunk goes only where its KV fits for the whole chunk (drafts
+stay inside the chunk, engine/speculator.py), so instances never preempt. Instances sit in heaps with lazy
+updates, so a round with k dispatches over N instances costs O(N + k log N). Torch-free.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ class DispatchConfig:
 
     prefer_kv_holder: bool = True  # resume on the instance whose cache still holds the KV when it fits
     affinity_spread: int | None = None  # ... and runs at most this many more requests than the least loaded
-    extra_tokens: int = 0  # KV headroom per chunk beyond chunk_max_tokens (e.g. speculative draft tokens)
     max_skips: int = 0  # requests that fit nowhere that a round may pass over (0: stop at the first one)
     # critical-path placement (critical_path.py): an instance's speedup at batch b over one sequence alone;
     # None turns it off
@@ -91,13 +90,12 @@ class InstancePicker:
 
     def place(self, req: RolloutRequest, chunk: int) -> tuple[InstanceState, int] | None:
         """Reserve room for the chunk and return (instance, blocks), or None if it fits nowhere now."""
-        extra = self._config.extra_tokens
         own = self._critical.get(req.request_id)
         if own is not None:  # a critical request runs on its own instance or waits for it
             inst = self._by_id.get(own)
             if inst is None or not inst.has_slot:
                 return None
-            need = chunk_blocks_needed(req, inst, chunk, extra)
+            need = chunk_blocks_needed(req, inst, chunk)
             return self._reserve(inst, need) if need <= inst.free_blocks else None
         holder = self._by_id.get(req.kv_instance) if req.kv_instance is not None else None
         if holder is not None and holder.instance_id in self._reserved:
@@ -105,18 +103,18 @@ class InstancePicker:
         if self._config.prefer_kv_holder and holder is not None and holder.has_slot:
             if self._overloaded(holder):  # the least loaded instance takes it if it fits, the KV moving there
                 least = self._least_loaded()
-                need = chunk_blocks_needed(req, least, chunk, extra)
+                need = chunk_blocks_needed(req, least, chunk)
                 if least.has_slot and need <= least.free_blocks:
                     self.yields += 1
                     return self._reserve(least, need)
             else:
-                need = chunk_blocks_needed(req, holder, chunk, extra)
+                need = chunk_blocks_needed(req, holder, chunk)
                 if need <= holder.free_blocks:
                     return self._reserve(holder, need)
         top = self._top()
         if top is None:
             return None
-        need = chunk_blocks_needed(req, top, chunk, extra)
+        need = chunk_blocks_needed(req, top, chunk)
         if need <= top.free_blocks:
             return self._reserve(top, need)
         if self._largest is not None and need > self._largest:

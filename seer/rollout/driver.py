@@ -58,7 +58,7 @@ from seer.sampling_params import mix_seed
 class RolloutDriver:
     def __init__(self, policy: RolloutPolicy, instances: list[Instance], groups: list[GroupInput],
                  chunk_tokens: int = 128, ordering_config: OrderingConfig | None = None,
-                 draft_headroom: int = 0, on_progress: Callable[["RolloutDriver"], None] | None = None,
+                 on_progress: Callable[["RolloutDriver"], None] | None = None,
                  fault: FaultPlan | None = None, draft_server=None,
                  listener: RolloutListener | None = None, affinity_spread: int | None = None,
                  critical_speedup: Callable[[float], float] | None = None, seed: int | None = None) -> None:
@@ -79,8 +79,7 @@ class RolloutDriver:
         self.instances = {inst.instance_id: inst for inst in instances}
         self.alive = set(self.instances)
         self.buffer = RequestBuffer(policy.ordering, chunk_tokens=chunk_tokens if policy.divided else None,
-                                    dispatch=DispatchConfig(extra_tokens=draft_headroom,
-                                                            affinity_spread=affinity_spread,
+                                    dispatch=DispatchConfig(affinity_spread=affinity_spread,
                                                             critical_speedup=critical_speedup),
                                     ordering_config=ordering_config)
         self.specs: dict[int, RequestSpec] = {}
@@ -177,8 +176,7 @@ class RolloutDriver:
         res.instance_history.append(a.instance_id)
         hint = self.buffer.ordering.remaining_hint(req, self.buffer.groups[req.group_id])
         chunk = ChunkStart(a, self.specs[rid], tuple(res.token_ids), req.generated + a.max_new_tokens,
-                           reserve=self.policy.divided, remaining_hint=hint,
-                           headroom=self.buffer.dispatch.extra_tokens)
+                           reserve=self.policy.divided, remaining_hint=hint)
         try:
             self.instances[a.instance_id].start(chunk)
         except InstanceLost:
@@ -221,7 +219,7 @@ class RolloutDriver:
             st = inst.state()
             if not st.has_slot or not self._may_host(iid, head.request_id):
                 continue
-            need = chunk_blocks_needed(head, st, chunk, self.buffer.dispatch.extra_tokens)
+            need = chunk_blocks_needed(head, st, chunk)
             victims = [r for r in self._evictable(iid) if r != head.request_id]
             if not victims or st.free_blocks + sum(inst.resident_blocks(r) for r in victims) < need:
                 continue

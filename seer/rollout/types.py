@@ -167,9 +167,9 @@ class Assignment:
         return self.request.context_len if self.kv_source is KVSource.RECOMPUTE else 0
 
 
-def chunk_blocks_needed(req: RolloutRequest, inst: InstanceState, chunk: int, extra_tokens: int = 0) -> int:
+def chunk_blocks_needed(req: RolloutRequest, inst: InstanceState, chunk: int) -> int:
     """New KV blocks `inst` must find for `chunk` more tokens of `req` (blocks resident there are reused)."""
-    total = blocks_for(req.context_len + chunk + extra_tokens, inst.block_size)
+    total = blocks_for(req.context_len + chunk, inst.block_size)
     if req.kv_instance == inst.instance_id:
         total -= blocks_for(req.kv_tokens, inst.block_size)
     return max(total, 0)

@@ -59,25 +59,20 @@ class ModelLimits:
     max_model_len: int
     vocab_size: int
     kv_tokens: int               # KV capacity of one instance in tokens
-    headroom: int = 0            # extra KV a running response reserves (speculative draft tokens)
 
     @classmethod
-    def of(cls, coordinator: Any, policy: str | None = None) -> "ModelLimits":
-        """Read the limits from the coordinator's instances (in process) or from the model and the config;
-        ``policy`` (default the coordinator's) decides whether draft tokens need KV headroom."""
-        from seer.rollout.policies import get_policy
-
+    def of(cls, coordinator: Any) -> "ModelLimits":
+        """Read the limits from the coordinator's instances (in process) or from the model and the config. Draft
+        tokens need no KV beyond the response's own: they stay inside its budget (engine/speculator.py)."""
         cfg = coordinator.config
-        headroom = cfg.spec.kv_headroom if get_policy(policy or cfg.policy).speculative else 0
         engines = getattr(coordinator.backend, "engines", None)
         if engines:
             engine = engines[0]
             bm = engine.block_manager
-            return cls(engine.max_model_len, engine.model_config.vocab_size, bm.num_blocks * bm.block_size,
-                       headroom)
+            return cls(engine.max_model_len, engine.model_config.vocab_size, bm.num_blocks * bm.block_size)
         from seer.models.config import ModelConfig
 
         mc = ModelConfig.from_dir(coordinator.model)
         ec = cfg.instance_engine(coordinator.model)
         blocks = ec.resolve_num_blocks(mc.kv_bytes_per_token(ec.torch_dtype))
-        return cls(ec.model_len(mc.max_position_embeddings), mc.vocab_size, blocks * ec.block_size, headroom)
+        return cls(ec.model_len(mc.max_position_embeddings), mc.vocab_size, blocks * ec.block_size)

@@ -113,7 +113,7 @@ class RequestConverter:
                            f"requested {total} tokens ({len(ids)} in the prompt, {max_tokens} in the completion). "
                            f"Please reduce the length of the prompt or {max_tokens_name}.",
                            param=max_tokens_name, code="context_length_exceeded")
-        if total + lim.headroom > lim.kv_tokens:
+        if total > lim.kv_tokens:
             raise APIError(f"a response of {total} tokens needs more KV cache than one instance holds "
                            f"({lim.kv_tokens} tokens); lower {max_tokens_name}", param=max_tokens_name,
                            code="kv_capacity_exceeded")
@@ -122,7 +122,7 @@ class RequestConverter:
     def default_max_tokens(self, prompt_len: int) -> int:
         """Up to the end of the context (as vLLM does), or of one instance's KV when that is smaller."""
         lim = self.limits
-        return max(1, min(lim.max_model_len, lim.kv_tokens - lim.headroom) - prompt_len)
+        return max(1, min(lim.max_model_len, lim.kv_tokens) - prompt_len)
 
     def stops(self, stop: str | list[str] | None) -> tuple[str, ...]:
         items = [stop] if isinstance(stop, str) else list(stop or [])

@@ -31,7 +31,7 @@ class ServerState:
 
     @classmethod
     def build(cls, coordinator: Any, config: ServerConfig) -> "ServerState":
-        limits = ModelLimits.of(coordinator, config.policy)
+        limits = ModelLimits.of(coordinator)
         metrics = ServerMetrics()
         metrics.weight_version = coordinator.weight_version
         names = {config.model_name, str(coordinator.model), str(Path(coordinator.model).resolve()),

@@ -2,15 +2,14 @@
 
 Why a backend: a replay must decide exactly as the measured run did, so it goes through the same template every
 engine backend runs (``Backend.run``: the driver built from the ``RolloutConfig`` with the same ordering,
-dispatch, critical-path speedup from the instances' step profile, draft headroom and per-rollout seed, the same
-pool clearing and drafting stats). Only the instances differ: ``SimInstance``s built from the same
+dispatch, critical-path speedup from the instances' step profile and per-rollout seed, the same pool clearing
+and drafting stats). Only the instances differ: ``SimInstance``s built from the same
 ``EngineConfig`` (scheduler limits, KV blocks, block size, prefix caching), each drafting through the engine's
 ``Speculator`` with the profile the engine used, priced by ``cost``, on virtual time like the in-process backend.
 
 The paper's presets run through it too, at a token quantum ``q`` (a simulated token stands for ``q`` real ones,
-sim_instance.py): the caller gives the engine config in simulated blocks, and the draft headroom, which the config
-states in real tokens, is rounded up to simulated ones here. Their instances draft with a fitted acceptance
-model instead of suffix trees (``speculators``) and the drafting policy sees the cost model's prices
+sim_instance.py): the caller gives the engine config in simulated blocks. Their instances draft with a fitted
+acceptance model instead of suffix trees (``speculators``) and the drafting policy sees the cost model's prices
 (``price_drafts``), since no engine profiled them. Torch-free.
 """
 
@@ -72,11 +71,6 @@ class SimBackend(Backend):
 
     def _measure_cost(self) -> VerifyCostModel:
         raise AssertionError("the profile is given at construction")
-
-    def _driver_kwargs(self, policy: RolloutPolicy, cost: VerifyCostModel | None) -> dict[str, Any]:
-        kwargs = super()._driver_kwargs(policy, cost)
-        kwargs["draft_headroom"] = -(-kwargs["draft_headroom"] // self.quantum)
-        return kwargs
 
     def _prepare(self, policy: RolloutPolicy) -> tuple[list[Instance], DraftServer | None]:
         engine = self.config.instance_engine(self.model)

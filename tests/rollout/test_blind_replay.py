@@ -59,7 +59,7 @@ def replay(groups, policy: str):
         sched = Scheduler(SchedulerConfig(max_num_seqs=6, max_num_batched_tokens=64, max_model_len=120),
                           BlockManager(48, 4, True))
         instances.append(SimInstance(i, sched, COST, pool=pool, speculator=spec))
-    driver = RolloutDriver(pol, instances, groups, chunk_tokens=8, draft_headroom=4 if pol.speculative else 0,
+    driver = RolloutDriver(pol, instances, groups, chunk_tokens=8,
                            draft_server=server, critical_speedup=(lambda b: b) if pol.critical else None)
     return driver.run(), driver.busy
 

@@ -70,9 +70,10 @@ def test_migration_through_pool_has_no_reprefill(tiny, reference):
     assert [r.token_ids for r in res.responses] == reference
 
 
-def test_tree_drafts_reserve_their_kv_so_divided_never_preempts(tiny, reference):
+def test_tree_drafts_stay_inside_their_chunk_so_divided_never_preempts(tiny, reference):
+    """Admission reserves a chunk's KV and nothing more: a tree's every node takes a slot, so its node budget
+    is capped by the slots left in the chunk, or the engine would have to preempt under tight KV."""
     spec = SpecConfig(adaptive=False, k_branches=2, gamma_max=4, tree_tokens=12)
-    assert spec.kv_headroom == 12
     with coordinator(tiny, num_kv_blocks=30, spec=spec) as c:
         res = c.rollout(groups(), policy="seer", progress=False).result
     assert res.metrics.preemptions == 0 and res.metrics.reprefill_tokens == 0

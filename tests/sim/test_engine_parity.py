@@ -87,14 +87,13 @@ def test_simulator_and_engine_make_identical_decisions(tiny, policy: str) -> Non
                        max_num_batched_tokens=32, num_threads=1, decode_reserve=False)  # as rollout instances
     engines = [LLMEngine(cfg) for _ in range(INSTANCES)]  # fresh: no prefix cache left by another rollout
     groups = trace()
-    headroom = 4 if pol.speculative else 0
 
     specs, server = speculators(pol.speculative)
     shared = LocalKVPool(1 << 28)  # one global KV pool, as in the in-process backend
     real = [PricedEngineInstance(i, e, shared, s, cost_model=COST)
             for i, (e, s) in enumerate(zip(engines, specs))]
     speedup = (lambda b: min(b, 4.0)) if pol.critical else None  # the same placement rule on both sides
-    eng = RolloutDriver(pol, real, groups, chunk_tokens=8, draft_headroom=headroom, draft_server=server,
+    eng = RolloutDriver(pol, real, groups, chunk_tokens=8, draft_server=server,
                         critical_speedup=speedup).run()
 
     specs, server = speculators(pol.speculative)
@@ -103,7 +102,7 @@ def test_simulator_and_engine_make_identical_decisions(tiny, policy: str) -> Non
                                                                       cfg.enable_prefix_caching)),
                         COST, pool=pool, speculator=s, check=True)
             for i, (e, s) in enumerate(zip(engines, specs))]
-    sim = RolloutDriver(pol, sims, groups, chunk_tokens=8, draft_headroom=headroom, draft_server=server,
+    sim = RolloutDriver(pol, sims, groups, chunk_tokens=8, draft_server=server,
                         critical_speedup=speedup).run()
 
     assert sum(len(steps) for steps in sim.decisions.values()) > 50

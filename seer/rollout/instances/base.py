@@ -48,7 +48,6 @@ class ChunkStart:
     chunk_end: int
     reserve: bool                      # reserve KV for the whole chunk at admission (divided rollout)
     remaining_hint: float | None = None  # the ordering's estimate of the tokens the response still needs
-    headroom: int = 0                  # KV slots reserved beyond the chunk for draft tokens (with ``reserve``)
 
     @property
     def kv_source(self) -> KVSource:

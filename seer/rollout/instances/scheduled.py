@@ -127,7 +127,7 @@ class ScheduledInstance(Instance):
 
     def start(self, chunk: ChunkStart) -> None:
         rid = str(chunk.spec.request_id)
-        reserve = (len(chunk.spec.prompt_token_ids) + chunk.chunk_end + chunk.headroom) if chunk.reserve else 0
+        reserve = (len(chunk.spec.prompt_token_ids) + chunk.chunk_end) if chunk.reserve else 0
         if chunk.kv_source is KVSource.LOCAL:
             req = self.scheduler.resume(rid, chunk.chunk_end, reserve)
         else:
