@@ -10,19 +10,24 @@ isolated response still needs.
 Rule. Let ``W`` be the estimated remaining work of the ``N`` unfinished requests, ``R_1 >= R_2 >= ...`` the
 estimated remaining lengths of those with a belief (below), ``I`` the live instances and ``s(b)`` the speedup of an
 instance running ``b`` sequences over one sequence alone (tokens per unit of time, from the engine's step profile).
-The ``j``-th longest is critical when, with it and the ``j - 1`` before it each alone on an instance, the ``I - j``
-shared instances would still finish the rest no later even at ``1 / margin`` of their ideal rate:
-``R_j * s(b_j) * (I - j) >= margin * (W - R_1 - ... - R_j)``, where ``b_j = min((N - j) / (I - j), K / c)``: the
-waiting requests spread over the shared instances, but no more than an instance's KV (``K`` tokens) holds at the
-unfinished requests' mean context ``c``. Without that cap, a cluster whose batches are bounded by memory (hundreds
-of requests waiting per instance) counts on batches it can never run, and isolates requests whose instances it
-cannot spare. The margin (1.5) covers what the ideal rate still ignores (prefill, uneven loads): without it,
-requests whose estimate is only just long enough are isolated and the instance's throughput is lost for little.
+The ``j``-th longest is critical when, with it and the ``j - 1`` before it each on an instance of its own, the ``I - j``
+shared instances would still finish the rest no later even at ``1 / margin`` of their ideal rate: ``R_j * (s(b_j) *
+(I - j) + j * m) >= margin * (W - R_1 - ... - R_j)``, where ``b_j = min((N - j) / (I - j), K / c)``: the waiting
+requests spread over the shared instances, but no more than an instance's KV (``K`` tokens) holds at the unfinished
+requests' mean context ``c``. Without that cap, a cluster whose batches are bounded by memory (hundreds of requests
+waiting per instance) counts on batches it can never run, and isolates requests whose instances it cannot spare. The
+margin (1.5) covers what the ideal rate still ignores (prefill, uneven loads): without it, requests whose estimate
+is only just long enough are isolated and the instance's throughput is lost for little.
+Each critical instance also runs ``m`` companions, other requests in their turn, where the step profile says ``m``
+more sequences beside one slow its step by under 5% (``lone_companions``): on a CPU whose small-batch steps are
+bound by reading the weights, a step of four costs what a step of one does, so the critical request still runs at
+the speed of a lone one and its instance keeps working off the rest at ``m`` sequences' worth; where steps grow
+with every sequence, ``m`` is 0 and the instance is the request's alone.
 At most ``I - 1`` requests are critical, so one instance always stays shared. The set is recomputed every dispatch
 round (estimates sharpen as siblings finish; remaining.py keeps them current without re-estimating every request
-each round); a request that stays critical keeps its instance. That instance takes no other chunk, and the driver
-moves the paused KV of other requests off it, so the requests running there finish their chunk and continue
-elsewhere.
+each round); a request that stays critical keeps its instance. That instance takes no other chunk but its
+companions' (while it keeps room for the critical request's next chunk), and the driver moves the paused KV of
+other requests off it, so the requests running there finish their chunk and continue elsewhere.
 
 Estimates are the ordering's ``remaining_hint`` (the oracle's is exact). Where it has none (no sibling of the
 request has finished) the request buffer falls back to the population of finished responses
@@ -45,13 +50,17 @@ from seer.rollout.types import InstanceState, RolloutRequest
 class CriticalPath:
     """The critical requests of a rollout and the instance each one holds alone."""
 
-    def __init__(self, speedup: Callable[[float], float], margin: float = 1.5) -> None:
+    def __init__(self, speedup: Callable[[float], float], margin: float = 1.5, companions: int = 0) -> None:
         """``speedup(b)``: tokens per second of an instance running ``b`` sequences over one sequence alone.
-        ``margin``: how much slower than ideal the shared instances may be and the request still be critical."""
+        ``margin``: how much slower than ideal the shared instances may be and the request still be critical.
+        ``companions``: requests a critical request's instance also runs without slowing it (``lone_companions``)."""
         if margin < 1.0:
             raise ValueError(f"critical-path margin must be >= 1, got {margin}")
+        if companions < 0:
+            raise ValueError(f"critical-path companions must be >= 0, got {companions}")
         self.speedup = speedup
         self.margin = margin
+        self.companions = companions
         self.instance_of: dict[int, int] = {}  # critical request id -> its instance
         self.request_on: dict[int, int] = {}   # instance id -> its critical request
         self.isolated = 0                      # requests made critical (a report counter)
@@ -78,7 +87,7 @@ class CriticalPath:
                 rest -= est
                 shared = len(live) - j
                 batch = min((len(work) - j) / shared, held)
-                if est * self.speedup(batch) * shared < rest * self.margin:
+                if est * (self.speedup(batch) * shared + j * self.companions) < rest * self.margin:
                     break
                 chosen.append(req)
         finally:
@@ -132,3 +141,16 @@ def batch_speedup(batch_sizes: Sequence[float], step_time: Callable[[float], flo
         return max([1.0] + [x * alone / step_time(x) for x in points])
 
     return speedup
+
+
+def lone_companions(batch_sizes: Sequence[float], step_time: Callable[[float], float], tolerance: float = 0.05,
+                    most: int = 7) -> int:
+    """How many sequences an instance can run beside one without slowing its step by more than ``tolerance``
+    (at most ``most``): where a step is bound by reading the weights, a few more sequences cost nearly nothing,
+    and leaving them out of a critical request's instance throws that throughput away. Counted only inside the
+    profiled batches (no extrapolation)."""
+    alone, largest = step_time(1.0), max(batch_sizes)
+    n = 0
+    while n < most and n + 2 <= largest and step_time(n + 2.0) <= (1.0 + tolerance) * alone:
+        n += 1
+    return n

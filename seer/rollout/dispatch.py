@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from seer.rollout.types import InstanceState, RolloutRequest, chunk_blocks_needed
+from seer.rollout.types import InstanceState, RolloutRequest, blocks_for, chunk_blocks_needed
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,8 @@ class DispatchConfig:
     # critical-path placement (critical_path.py): an instance's speedup at batch b over one sequence alone;
     # None turns it off
     critical_speedup: Callable[[float], float] | None = None
+    # ... and the requests a critical request's instance runs beside it at no cost to its step (lone_companions)
+    critical_companions: int = 0
 
 
 class InstancePicker:
@@ -35,7 +37,9 @@ class InstancePicker:
 
     def __init__(self, instances: Sequence[InstanceState], config: DispatchConfig,
                  reserved: Mapping[int, int] | None = None) -> None:
-        """``reserved``: instance id -> the critical request it runs alone; no other request is placed there."""
+        """``reserved``: instance id -> its critical request; other requests go there only as its companions
+        (``DispatchConfig.critical_companions``), while it runs fewer than that many beside the critical request
+        and keeps room for the critical request's next chunk."""
         self._config = config
         self._reserved = dict(reserved or {})
         self._critical = {rid: iid for iid, rid in self._reserved.items()}
@@ -97,6 +101,9 @@ class InstancePicker:
                 return None
             need = chunk_blocks_needed(req, inst, chunk)
             return self._reserve(inst, need) if need <= inst.free_blocks else None
+        companion = self._companion_slot(req, chunk)
+        if companion is not None:
+            return companion
         holder = self._by_id.get(req.kv_instance) if req.kv_instance is not None else None
         if holder is not None and holder.instance_id in self._reserved:
             holder = None
@@ -122,6 +129,22 @@ class InstancePicker:
                 f"request {req.request_id}: a {chunk}-token chunk at context {req.context_len} needs {need} "
                 f"KV blocks, more than the largest instance holds ({self._largest})"
             )
+        return None
+
+    def _companion_slot(self, req: RolloutRequest, chunk: int) -> tuple[InstanceState, int] | None:
+        """A reserved instance with a companion place free, first: the chunk runs there at no cost to the
+        critical request's step, so it is the cheapest place in the cluster. The place counts the critical request
+        as running (it is placed first each round), and the chunk must leave room for that request's next chunk."""
+        most = self._config.critical_companions
+        if not most:
+            return None
+        for iid in sorted(self._reserved):
+            inst = self._by_id[iid]
+            if not inst.alive or not inst.has_slot or inst.running >= 1 + most:
+                continue
+            need = chunk_blocks_needed(req, inst, chunk)
+            if need + blocks_for(chunk, inst.block_size) + 1 <= inst.free_blocks:
+                return self._reserve(inst, need)
         return None
 
     def _reserve(self, inst: InstanceState, need: int) -> tuple[InstanceState, int]:

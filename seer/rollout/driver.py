@@ -61,7 +61,8 @@ class RolloutDriver:
                  on_progress: Callable[["RolloutDriver"], None] | None = None,
                  fault: FaultPlan | None = None, draft_server=None,
                  listener: RolloutListener | None = None, affinity_spread: int | None = None,
-                 critical_speedup: Callable[[float], float] | None = None, seed: int | None = None) -> None:
+                 critical_speedup: Callable[[float], float] | None = None, critical_companions: int = 0,
+                 seed: int | None = None) -> None:
         """``seed``: responses sampled without a seed get one derived from it, their group and their index, so a
         response draws the same random numbers on whichever instance its chunks run and no two responses (on
         one instance or several) share a stream."""
@@ -80,7 +81,8 @@ class RolloutDriver:
         self.alive = set(self.instances)
         self.buffer = RequestBuffer(policy.ordering, chunk_tokens=chunk_tokens if policy.divided else None,
                                     dispatch=DispatchConfig(affinity_spread=affinity_spread,
-                                                            critical_speedup=critical_speedup),
+                                                            critical_speedup=critical_speedup,
+                                                            critical_companions=critical_companions),
                                     ordering_config=ordering_config)
         self.specs: dict[int, RequestSpec] = {}
         self.results: dict[int, ResponseResult] = {}

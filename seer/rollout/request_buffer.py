@@ -64,7 +64,8 @@ class RequestBuffer:
         self.reprefill_tokens = 0  # tokens recomputed because a request's KV was lost
         self.affinity_yields = 0  # chunks moved off an overloaded KV holder (DispatchConfig.affinity_spread)
         speedup = self.dispatch.critical_speedup
-        self.critical = CriticalPath(speedup) if speedup is not None and chunk_tokens is not None else None
+        self.critical = (CriticalPath(speedup, companions=self.dispatch.critical_companions)
+                         if speedup is not None and chunk_tokens is not None else None)
         self._population: PopulationLength | None = None  # the last population fit, and when to refit it
         self._population_refit = 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seer.rollout.critical_path import CriticalPath, batch_speedup
+from seer.rollout.critical_path import CriticalPath, batch_speedup, lone_companions
 from seer.rollout.dispatch import DispatchConfig
 from seer.rollout.length_model import PopulationLength
 from seer.rollout.policies import UnknownPolicyError, get_policy
@@ -184,3 +184,51 @@ def test_the_shared_batch_is_capped_by_what_an_instance_kv_holds() -> None:
     update(capped, reqs, lambda r: est[r.request_id], small)
     update(uncapped, reqs, lambda r: est[r.request_id], unsized)
     assert capped.instance_of == {} and list(uncapped.instance_of) == [0]
+
+
+def test_companions_come_from_the_flat_part_of_the_step_profile() -> None:
+    def weight_bound(b: float) -> float:  # a step of up to four costs what one does, then 10% a sequence
+        return 0.04 * (1.0 + 0.1 * max(b - 4.0, 0.0))
+
+    def per_sequence(b: float) -> float:
+        return 0.04 + 0.004 * b
+
+    assert lone_companions([1, 4, 16], weight_bound) == 3
+    assert lone_companions([1, 4, 16], weight_bound, tolerance=0.25) == 5
+    assert lone_companions([1, 4, 16], lambda b: 0.04) == 7          # capped at `most`
+    assert lone_companions([1, 2], lambda b: 0.04) == 1              # never beyond the profiled batches
+    assert lone_companions([1, 4, 16], per_sequence) == 0
+    with pytest.raises(ValueError, match="companions"):
+        CriticalPath(flat, companions=-1)
+
+
+def test_companions_make_isolation_cheaper() -> None:
+    """j = 1: 100 * flat(20 / 3) * 3 = 1800 falls short of 1.6 * 1200; with three companions beside the
+    critical request its instance also works off the rest: 100 * (18 + 3) = 2100 >= 1920."""
+    reqs, est = requests([100.0] + [60.0] * 20)
+    alone, accompanied = CriticalPath(flat, margin=1.6), CriticalPath(flat, margin=1.6, companions=3)
+    for cp in (alone, accompanied):
+        update(cp, reqs, lambda r: est[r.request_id], instances(4))
+    assert alone.instance_of == {} and set(accompanied.instance_of) == {0}
+
+
+def test_a_critical_instance_takes_companions_up_to_its_places_and_keeps_room() -> None:
+    def placed_on(companions: int, blocks: int = 100) -> list[tuple[int, int]]:
+        buf = RequestBuffer("oracle", chunk_tokens=16,
+                            dispatch=DispatchConfig(critical_speedup=flat, critical_companions=companions))
+        buf.add_group(8, 4, 2000, true_lengths=(1500, 10, 10, 10))
+        for _ in range(5):
+            buf.add_group(8, 4, 2000, true_lengths=(12, 10, 10, 10))
+        states = [InstanceState(i, blocks, 16, total_blocks=blocks) for i in range(3)]
+        buf.update_critical(states)
+        own = buf.critical.instance_of[0]
+        placed = [(a.request.request_id, a.instance_id) for a in buf.select(states)]
+        buf.check_integrity()
+        return [(rid, iid) for rid, iid in placed if iid == own]
+
+    assert [rid for rid, _ in placed_on(0)] == [0]               # alone
+    beside = placed_on(3)
+    assert beside[0][0] == 0 and len(beside) == 4                # the critical request first, then three more
+    # five blocks: the critical request's chunk takes two, a companion's would take two more, and the
+    # critical request's next chunk would then find one of the two (and a spare) it needs: alone again
+    assert [rid for rid, _ in placed_on(3, blocks=5)] == [0]
