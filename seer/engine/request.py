@@ -57,6 +57,7 @@ class Request:
     reserve_tokens: int = 0       # KV slots to reserve at admission (a whole chunk: no preemption later)
     probe: bool = False           # the group's probe request (served first, drafts get priority)
     remaining_hint: float | None = None  # the rollout's estimate of tokens still to generate (draft priority)
+    critical: bool = False        # the rollout gave it an instance of its own: its steps come first in drafting
     stop_after: int | None = None  # length-only replay: the recorded length, an EOS at that position
 
     @property

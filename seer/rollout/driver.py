@@ -177,8 +177,9 @@ class RolloutDriver:
         res = self.results[rid]
         res.instance_history.append(a.instance_id)
         hint = self.buffer.ordering.remaining_hint(req, self.buffer.groups[req.group_id])
+        critical = self.buffer.critical is not None and self.buffer.critical.instance_of.get(rid) == a.instance_id
         chunk = ChunkStart(a, self.specs[rid], tuple(res.token_ids), req.generated + a.max_new_tokens,
-                           reserve=self.policy.divided, remaining_hint=hint)
+                           reserve=self.policy.divided, remaining_hint=hint, critical=critical)
         try:
             self.instances[a.instance_id].start(chunk)
         except InstanceLost:

@@ -96,16 +96,17 @@ class ModelSpeculator:
         return self._alpha_cache[n] if n < len(self._alpha_cache) else self.model.alpha(n)
 
     def classes(self, cands: list[tuple[Request, int, float]]) -> list[DraftClass]:
-        """Candidates (request, draft limit, weight) grouped by (references ahead, probe, limit, weight): equal
-        gains ``weight * alpha(n)^j``."""
-        by: dict[tuple[int, bool, int, float], DraftClass] = {}
+        """Candidates (request, draft limit, weight) grouped by (references ahead, probe, critical, limit, weight):
+        equal gains ``weight * alpha(n)^j``."""
+        by: dict[tuple[int, bool, bool, int, float], DraftClass] = {}
         for req, limit, weight in cands:
             n = self.refs_ahead(req)
-            key = (n, req.probe, limit, weight)
+            key = (n, req.probe, req.critical, limit, weight)
             c = by.get(key)
             if c is None:
                 a = self._alpha(n)
-                c = by[key] = DraftClass([weight * a ** j for j in range(1, limit + 1)], probe=req.probe)
+                c = by[key] = DraftClass([weight * a ** j for j in range(1, limit + 1)], probe=req.probe,
+                                         critical=req.critical, weight=weight)
             c.members.append(req)
             c.context += req.num_computed_tokens + 0.5
             self._alpha_at[req.request_id] = self._alpha(n)

@@ -15,6 +15,13 @@ batch's contexts and puts requests with equal values in one class (a thousand ru
 classes), so simulated and real drafting decide by the same rule. A class is granted whole tokens in rank
 order; the class ranked right after the kept prefix may grant its next token to some of its members (the
 largest count that still raises the rate).
+
+A step that carries a critical request (one the rollout gave an instance of its own because it bounds the
+makespan) is planned for that request first: its drafts maximise its own tokens per second at the step's price,
+with every other request at plain decoding, and the other requests (its companions) then draft only while the
+step stays within ``CRITICAL_SLACK`` of that price. Why: the rollout made the request critical because the
+shared instances can absorb the rest of the work while it runs; a companion's drafts add tokens the rollout does
+not wait for and, at any batch where drafted tokens are not free, slow the one token stream it does wait for.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["DraftClass", "StepPrice", "plan_budget"]
+__all__ = ["CRITICAL_SLACK", "DraftClass", "StepPrice", "plan_budget"]
+
+CRITICAL_SLACK = 0.05  # how much a critical request's step may slow for the other requests beside it
 
 
 @dataclass
@@ -33,6 +42,8 @@ class DraftClass:
     members: list[Any] = field(default_factory=list)  # what the caller grants to (requests, request ids)
     context: float = 0.0  # summed context of the members: a draft token of each attends to this much KV
     probe: bool = False
+    critical: bool = False  # members bound the makespan: planned first, the rest fit around them
+    weight: float = 1.0  # value of each member's plain token (what its gains are scaled by)
     granted: int = 0  # draft tokens every member verifies
     partial: int = 0  # members[:partial] verify one more
 
@@ -76,12 +87,52 @@ def _ranking(classes: list[DraftClass], probe_boost: float) -> list[tuple[int, i
 
 
 def plan_budget(classes: list[DraftClass], price: StepPrice, base_value: float, probe_boost: float = 1.0,
-                max_tokens: int | None = None) -> int:
+                max_tokens: int | None = None, slack: float = CRITICAL_SLACK) -> int:
     """Set ``granted``/``partial`` of every class; returns the draft tokens granted in all.
 
     ``base_value``: the value of the step's plain tokens (the summed weights of its decoding requests).
     ``max_tokens``: a cap on the draft tokens of the step. Gains of a class must not increase with ``j``.
+    ``slack``: with critical classes, how much dearer than their own plan the others' drafts may make the step.
     """
+    critical = [c for c in classes if c.critical and c.members]
+    if not critical:
+        return _plan(classes, price, base_value, probe_boost, max_tokens)
+    others = [c for c in classes if not (c.critical and c.members)]
+    for c in others:
+        c.granted = c.partial = 0
+    own = _plan(critical, price, sum(c.weight * len(c.members) for c in critical), 1.0, max_tokens)
+    done = _totals(critical)
+    limit = (1.0 + slack) * price(done.tokens, done.context, done.drafting)
+
+    def around(tokens: int, context: float, drafting: int) -> float:
+        """The step with the critical drafts in; beyond the slack it is worth nothing (an infinite price)."""
+        p = price(done.tokens + tokens, done.context + context, done.drafting + drafting)
+        return p if p <= limit else float("inf")
+
+    room = None if max_tokens is None else max_tokens - own
+    value = base_value + sum(_granted_value(c) for c in critical)
+    return own + _plan(others, around, value, probe_boost, room)
+
+
+def _granted_value(c: DraftClass) -> float:
+    """The value of the draft tokens granted to ``c``."""
+    return len(c.members) * sum(c.gains[:c.granted]) + c.partial * (c.gains[c.granted] if c.partial else 0.0)
+
+
+def _totals(classes: list[DraftClass]) -> _Prefix:
+    """Draft tokens, their context and the drafting requests of what ``classes`` were granted."""
+    tokens, context, drafting = 0, 0.0, 0
+    for c in classes:
+        per = c.context / len(c.members) if c.members else 0.0
+        n = len(c.members) * c.granted + c.partial
+        tokens, context = tokens + n, context + n * per
+        drafting += len(c.members) if c.granted else c.partial
+    return _Prefix(0.0, tokens, context, drafting)
+
+
+def _plan(classes: list[DraftClass], price: StepPrice, base_value: float, probe_boost: float,
+          max_tokens: int | None) -> int:
+    """``plan_budget`` for classes of which none is critical."""
     for c in classes:
         c.granted = c.partial = 0
     if base_value <= 0:

@@ -205,6 +205,7 @@ class PolicyRequest:
     max_gamma: int | None = None  # e.g. tokens left before max_tokens
     weight: float = 1.0  # value of this request's tokens relative to the batch (critical-path priority)
     context: float = 0.0  # tokens its next token attends to (prompt and output so far)
+    critical: bool = False  # the rollout isolated it: the step is planned for it first (``plan_budget``)
 
     def __post_init__(self) -> None:
         if not self.weight > 0:
@@ -237,7 +238,8 @@ class SpecPolicy:
             a = self.tracker.accept(r.request_id, r.group_id)
             cap = cfg.gamma_max if r.max_gamma is None else max(0, min(cfg.gamma_max, r.max_gamma))
             classes.append(DraftClass([a ** j * r.weight for j in range(1, cap + 1)], [r.request_id],
-                                      context=max(0.0, r.context - floor), probe=r.is_probe))
+                                      context=max(0.0, r.context - floor), probe=r.is_probe,
+                                      critical=r.critical, weight=r.weight))
         row = cost.row_for_batch(n)
         plain = cost.step_time(n, 1, row) + cost.pair_s * sum(c.context for c in classes)
 

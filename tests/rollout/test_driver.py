@@ -163,3 +163,30 @@ def test_stats_are_per_rollout_on_instances_that_outlive_it():
 def test_chunk_that_fits_nowhere_is_an_error_not_a_hang():
     with pytest.raises((RolloutStalled, ValueError)):
         run("divided", num_blocks=3)
+
+
+class RecordingInstance(FakeInstance):
+    """Records, per chunk started, the request, the instance and whether the driver marked it critical."""
+
+    chunks: list[tuple[int, int, bool]] = []
+
+    def start(self, chunk):
+        super().start(chunk)
+        req = self.scheduler.requests[str(chunk.spec.request_id)]
+        assert req.critical == chunk.critical  # the engine's request carries it to the draft planner
+        RecordingInstance.chunks.append((chunk.spec.request_id, self.instance_id, chunk.critical))
+
+
+def test_chunks_of_a_critical_request_are_marked_and_no_other():
+    FakeInstance.shared_pool, RecordingInstance.chunks = {}, []
+    lengths = [(200, 8, 8, 8)] + [(8, 8, 8, 8)] * 5  # one runaway: critical once the rest fits beside it
+    gs = [GroupInput((1, 2, 3, 4 + i), 4, SamplingParams(temperature=0, max_tokens=200), key=f"p{i}",
+                     true_lengths=n, stop_lengths=n) for i, n in enumerate(lengths)]
+    insts = [RecordingInstance(i, num_blocks=256) for i in range(3)]
+    drv = RolloutDriver(get_policy("oracle+critical"), insts, gs, chunk_tokens=8, critical_speedup=lambda b: b)
+    res = drv.run()
+    drv.buffer.check_integrity()
+    marked = {(rid, iid) for rid, iid, critical in RecordingInstance.chunks if critical}
+    longest = max(res.responses, key=lambda r: len(r.token_ids)).request_id
+    assert marked and {rid for rid, _ in marked} == {longest}
+    assert res.stats["critical_isolated"] >= 1

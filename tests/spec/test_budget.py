@@ -59,3 +59,31 @@ def test_cap_context_and_drafters_reach_the_price() -> None:
     assert (a.granted, a.partial, b.granted) == (1, 1, 0)  # x, y token 1 and x token 2; z is past the cap
     assert seen[:3] == [(0, 0.0, 0), (2, 300.0, 2), (3, 450.0, 2)]
     assert plan_budget([a, b], price, 0.0) == 0 and a.granted == 0  # no plain tokens: nothing to speed up
+
+
+
+def test_a_critical_request_is_planned_first_and_the_rest_fit_in_the_slack() -> None:
+    # four draft tokens are free, each one more costs 2% of the step: the critical request (weight 3, acceptance
+    # 0.5) takes the free ones, and its companions (acceptance 0.95) only what keeps the step within the slack
+    def price(tokens: int, context: float, drafting: int) -> float:
+        return 1.0 + 0.02 * max(0, tokens - 4)
+
+    def batch(critical: bool) -> tuple[DraftClass, DraftClass]:
+        crit = DraftClass([3.0 * 0.5 ** j for j in range(1, 9)], ["r"], critical=critical, weight=3.0)
+        return crit, DraftClass([0.95 ** j for j in range(1, 9)], ["a", "b", "c", "d"])
+
+    def own_rate(c: DraftClass, tokens: int) -> float:
+        """The critical request's expected tokens per second."""
+        return (1.0 + sum(0.5 ** j for j in range(1, c.granted + 1))) / price(tokens, 0.0, 0)
+
+    crit, mates = batch(True)
+    total = plan_budget([mates, crit], price, 7.0, slack=0.05)
+    assert crit.granted == 4  # its own best: a fifth token is worth 0.5 ** 5 of a token for 2% of the step
+    assert (mates.granted, mates.partial) == (0, 2) and total == 6  # 1.04 s <= 1.05 s; a seventh token: 1.06 s
+    fast = own_rate(crit, total)
+    crit, mates = batch(True)
+    assert plan_budget([mates, crit], price, 7.0, slack=0.0) == 4 and mates.gamma(0) == 0
+    # without the flag the step is planned for its total value: the companions' drafts slow the critical stream
+    crit, mates = batch(False)
+    total = plan_budget([mates, crit], price, 7.0)
+    assert mates.granted >= 4 and total > 20 and own_rate(crit, total) < 0.8 * fast

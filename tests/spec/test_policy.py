@@ -146,3 +146,26 @@ def test_weights_send_drafts_to_the_straggler() -> None:
     assert plan[255] > 0 and all(plan[i] == 0 for i in range(255))
     with pytest.raises(ValueError, match="weight"):
         PolicyRequest(0, "g", weight=0.0)
+
+
+def test_a_critical_request_drafts_first_and_its_companions_within_the_slack() -> None:
+    """Four companions whose drafts would raise the batch's throughput slow the critical request's step; flagged
+    critical, its own plan comes first and theirs may slow that step by 5% at most."""
+    cost = VerifyCostModel([1, 8], [1, 2, 9], [[0.02, 0.02, 0.021], [0.02, 0.026, 0.08]])
+
+    def plan(critical: bool) -> tuple[dict, float]:
+        policy = SpecPolicy(cost)
+        batch = [PolicyRequest(0, "runaway", weight=2.0, critical=critical)] + [
+            PolicyRequest(i, "g") for i in range(1, 5)]
+        for _ in range(20):
+            policy.observe(0, "runaway", 2, 1)  # the critical request drafts poorly,
+            for i in range(1, 5):
+                policy.observe(i, "g", 8, 8)  # its companions from siblings well
+        out = policy.plan(batch)
+        return out, cost.step_time(5, 1 + sum(out.values()) / 5)
+
+    flagged, step = plan(True)
+    own = cost.step_time(5, 1 + flagged[0] / 5)
+    assert flagged[0] > 0 and step <= 1.05 * own + 1e-12
+    unflagged, busy = plan(False)
+    assert sum(unflagged.values()) > sum(flagged.values()) and busy > 1.05 * own

@@ -48,6 +48,7 @@ class ChunkStart:
     chunk_end: int
     reserve: bool                      # reserve KV for the whole chunk at admission (divided rollout)
     remaining_hint: float | None = None  # the ordering's estimate of the tokens the response still needs
+    critical: bool = False               # the critical path placed it on an instance of its own
 
     @property
     def kv_source(self) -> KVSource:

@@ -136,7 +136,7 @@ class ScheduledInstance(Instance):
             if chunk.kv_source is KVSource.POOL:
                 self._import(req, chunk.spec.request_id)
             self.scheduler.add_request(req)
-        req.remaining_hint = chunk.remaining_hint
+        req.remaining_hint, req.critical = chunk.remaining_hint, chunk.critical
         self.chunk_base[rid] = req.num_output_tokens
         self.counters["chunks"] += 1
         if self.speculator is not None and chunk.kv_source is not KVSource.LOCAL:
