@@ -19,10 +19,11 @@ waiting per instance) counts on batches it can never run, and isolates requests 
 margin (1.5) covers what the ideal rate still ignores (prefill, uneven loads): without it, requests whose estimate
 is only just long enough are isolated and the instance's throughput is lost for little.
 Each critical instance also runs ``m`` companions, other requests in their turn, where the step profile says ``m``
-more sequences beside one slow its step by under 5% (``lone_companions``): on a CPU whose small-batch steps are
-bound by reading the weights, a step of four costs what a step of one does, so the critical request still runs at
-the speed of a lone one and its instance keeps working off the rest at ``m`` sequences' worth; where steps grow
-with every sequence, ``m`` is 0 and the instance is the request's alone.
+more sequences beside one slow its step by under 5% (``lone_companions``; the draft planner holds their drafts to
+the same slack, ``seer.spec.budget``): on a CPU whose small-batch steps are bound by reading the weights, a step of
+four costs what a step of one does, so the critical request still runs at the speed of a lone one and its instance
+keeps working off the rest at ``m`` sequences' worth; where steps grow with every sequence, ``m`` is 0 and the
+instance is the request's alone.
 At most ``I - 1`` requests are critical, so one instance always stays shared. The set is recomputed every dispatch
 round (estimates sharpen as siblings finish; remaining.py keeps them current without re-estimating every request
 each round); a request that stays critical keeps its instance. That instance takes no other chunk but its
@@ -45,6 +46,7 @@ from collections.abc import Callable, Sequence
 
 from seer.rollout.remaining import RemainingWork
 from seer.rollout.types import InstanceState, RolloutRequest
+from seer.spec.budget import CRITICAL_SLACK
 
 
 class CriticalPath:
@@ -143,8 +145,8 @@ def batch_speedup(batch_sizes: Sequence[float], step_time: Callable[[float], flo
     return speedup
 
 
-def lone_companions(batch_sizes: Sequence[float], step_time: Callable[[float], float], tolerance: float = 0.05,
-                    most: int = 7) -> int:
+def lone_companions(batch_sizes: Sequence[float], step_time: Callable[[float], float],
+                    tolerance: float = CRITICAL_SLACK, most: int = 7) -> int:
     """How many sequences an instance can run beside one without slowing its step by more than ``tolerance``
     (at most ``most``): where a step is bound by reading the weights, a few more sequences cost nearly nothing,
     and leaving them out of a critical request's instance throws that throughput away. Counted only inside the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -11,17 +12,18 @@ import torch
 
 from seer.engine.speculator import SpecConfig
 from seer.integrations.verl.batching import left_pad, position_ids_from_mask
+from seer.rollout.config import RolloutConfig, default_instance_engine
 from seer.rollout.coordinator import RolloutCoordinator
-from tests.conftest import rollout_config
 
 PROMPTS = [list(range(5, 14)), list(range(20, 26)), list(range(40, 52))]
 
 
-def coordinator(model_dir, **kw) -> RolloutCoordinator:
-    cfg = dict(instances=2, dtype="float32", block_size=4, num_kv_blocks=96, chunk_tokens=6, policy="context",
-               spec=SpecConfig(adaptive=False))
+def coordinator(model_dir, engine: dict | None = None, **kw) -> RolloutCoordinator:
+    """``engine``: fields of the instances' engine to change; ``kw``: fields of the rollout."""
+    base = replace(default_instance_engine(), dtype="float32", block_size=4, num_kv_blocks=96)
+    cfg: dict = dict(instances=2, chunk_tokens=6, policy="context", spec=SpecConfig(adaptive=False))
     cfg.update(kw)
-    return RolloutCoordinator(model_dir, rollout_config(**cfg))
+    return RolloutCoordinator(model_dir, RolloutConfig(engine=replace(base, **(engine or {})), **cfg))
 
 
 def verl_rollout_config(**kw) -> dict:

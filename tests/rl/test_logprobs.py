@@ -1,23 +1,25 @@
 """The trainer's recomputed logprobs equal the engine's sampling logprobs (temperature-scaled), and padding in
 a batch does not change them."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from seer.engine.speculator import SpecConfig
 from seer.models.loader import load_model
 from seer.rl.logprobs import response_logprobs, response_logprobs_batched
+from seer.rollout.config import RolloutConfig, default_instance_engine
 from seer.rollout.coordinator import RolloutCoordinator
 from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
-from tests.conftest import rollout_config
 
 
 def test_recomputed_logprobs_match_the_rollout(tiny):
     sp = SamplingParams(temperature=0.7, max_tokens=10)
     groups = [GroupInput(tuple(range(5 + i, 12 + 3 * i)), 3, sp, key=f"g{i}") for i in range(3)]
-    cfg = rollout_config(policy="context", instances=2, dtype="float32", block_size=4, num_kv_blocks=64,
-                         chunk_tokens=3, spec=SpecConfig(adaptive=False))
+    engine = replace(default_instance_engine(), dtype="float32", block_size=4, num_kv_blocks=64)
+    cfg = RolloutConfig(policy="context", instances=2, chunk_tokens=3, engine=engine, spec=SpecConfig(adaptive=False))
     with RolloutCoordinator(tiny, cfg) as coord:
         records = coord.rollout(groups, progress=False).records()
     model, _ = load_model(tiny, torch.float32)

@@ -8,15 +8,17 @@ steps the work took, prompt tokens a prefix-cache hit saved when starts arrive b
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from seer.engine.speculator import SpecConfig
+from seer.rollout.config import RolloutConfig, default_instance_engine
 from seer.rollout.coordinator import RolloutCoordinator
 from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
-from tests.conftest import TinyModelDir, rollout_config
+from tests.conftest import TinyModelDir
 
 INSTANCE_COUNTERS = ("chunks", "output_tokens", "preemptions", "reprefill_tokens", "kv_bytes_saved",
                      "kv_bytes_loaded", "spec_steps")
@@ -35,8 +37,9 @@ def groups() -> list[GroupInput]:
 
 
 def decisions(tiny: str, backend: str) -> dict[str, Any]:
-    cfg = rollout_config(instances=2, dtype="float32", block_size=4, num_kv_blocks=400, chunk_tokens=6,
-                         spec=SpecConfig(adaptive=False), backend=backend, stall_timeout_s=30.0)
+    engine = replace(default_instance_engine(), dtype="float32", block_size=4, num_kv_blocks=400)
+    cfg = RolloutConfig(instances=2, chunk_tokens=6, engine=engine, spec=SpecConfig(adaptive=False), backend=backend,
+                        stall_timeout_s=30.0)
     with RolloutCoordinator(tiny, cfg) as c:
         res = c.rollout(groups(), policy="verl", progress=False).result
     st = res.stats

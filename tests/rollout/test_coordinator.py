@@ -4,16 +4,17 @@ with the same greedy tokens, migrations cost no re-prefill, weights never mix, i
 import os
 import signal
 import time
+from dataclasses import replace
 
 import pytest
 
 from seer.engine.speculator import SpecConfig
+from seer.rollout.config import default_instance_engine
 from seer.rollout.coordinator import RolloutConfig, RolloutCoordinator
 from seer.rollout.instances.base import InstanceLost
 from seer.rollout.instances.host import HostSpec, build_instance
 from seer.rollout.types import FaultPlan, GroupInput, RolloutStalled
 from seer.sampling_params import SamplingParams
-from tests.conftest import rollout_config
 
 
 @pytest.fixture(scope="module")
@@ -28,16 +29,17 @@ def groups(n=4, g=4, max_tokens=24):
                        true_lengths=tuple(8 + (3 * i + 5 * j) % 17 for j in range(g))) for i in range(n)]
 
 
-def coordinator(tiny, **kw):
-    cfg = dict(instances=2, dtype="float32", block_size=4, num_kv_blocks=48, chunk_tokens=6,
-               spec=SpecConfig(adaptive=False))
+def coordinator(tiny, engine=None, **kw):
+    """``engine``: fields of the instances' engine to change; ``kw``: fields of the rollout."""
+    base = replace(default_instance_engine(), dtype="float32", block_size=4, num_kv_blocks=48)
+    cfg: dict = dict(instances=2, chunk_tokens=6, spec=SpecConfig(adaptive=False))
     cfg.update(kw)
-    return RolloutCoordinator(tiny, rollout_config(**cfg))
+    return RolloutCoordinator(tiny, RolloutConfig(engine=replace(base, **(engine or {})), **cfg))
 
 
 @pytest.fixture(scope="module")
 def reference(tiny):
-    with coordinator(tiny, instances=1, num_kv_blocks=400) as c:
+    with coordinator(tiny, instances=1, engine={"num_kv_blocks": 400}) as c:
         return [r.token_ids for r in c.rollout(groups(), policy="verl", progress=False).result.responses]
 
 
@@ -60,7 +62,7 @@ def test_policies_return_g_identical_greedy(tiny, reference, policy):
 
 
 def test_migration_through_pool_has_no_reprefill(tiny, reference):
-    with coordinator(tiny, instances=3, num_kv_blocks=30) as c:
+    with coordinator(tiny, instances=3, engine={"num_kv_blocks": 30}) as c:
         res = c.rollout(groups(), policy="divided", progress=False).result
     moved = [r for r in res.responses if len(set(r.instance_history)) > 1]
     assert moved, "expected some requests to change instance"
@@ -74,7 +76,7 @@ def test_tree_drafts_stay_inside_their_chunk_so_divided_never_preempts(tiny, ref
     """Admission reserves a chunk's KV and nothing more: a tree's every node takes a slot, so its node budget
     is capped by the slots left in the chunk, or the engine would have to preempt under tight KV."""
     spec = SpecConfig(adaptive=False, k_branches=2, gamma_max=4, tree_tokens=12)
-    with coordinator(tiny, num_kv_blocks=30, spec=spec) as c:
+    with coordinator(tiny, engine={"num_kv_blocks": 30}, spec=spec) as c:
         res = c.rollout(groups(), policy="seer", progress=False).result
     assert res.metrics.preemptions == 0 and res.metrics.reprefill_tokens == 0
     assert res.stats["spec"]["steps"] > 0 and sum(res.metrics.draft_s) > 0
@@ -135,7 +137,7 @@ def test_process_backend_survives_a_killed_instance(tiny, reference):
 
 
 def test_a_worker_without_a_step_profile_refuses_adaptive_drafting(tiny):
-    cfg = rollout_config(dtype="float32", num_kv_blocks=16)
+    cfg = RolloutConfig(engine=replace(default_instance_engine(), dtype="float32", num_kv_blocks=16))
     hs = HostSpec(0, cfg.instance_engine(tiny), None, SpecConfig(adaptive=True), None)
     with pytest.raises(ValueError, match="adaptive speculation needs"):
         build_instance(hs)
@@ -185,13 +187,15 @@ def test_ray_backend_matches_inprocess(tiny, reference, local_ray):
 
 def test_more_instances_than_the_machine_holds(tiny):
     with pytest.raises(ValueError, match="instances need about"):
-        RolloutCoordinator(tiny, rollout_config(instances=64, kv_cache_memory_gb=8.0))
+        RolloutCoordinator(tiny, RolloutConfig(instances=64,
+                                               engine=replace(default_instance_engine(), kv_cache_memory_gb=8.0)))
     with pytest.raises(ValueError, match="cores"):
-        RolloutCoordinator(tiny, rollout_config(instances=64, backend="local", num_kv_blocks=16))
+        RolloutCoordinator(tiny, RolloutConfig(instances=64, backend="local",
+                                               engine=replace(default_instance_engine(), num_kv_blocks=16)))
 
 
 def test_counters_are_per_rollout(tiny):
-    with coordinator(tiny, num_kv_blocks=24) as c:
+    with coordinator(tiny, engine={"num_kv_blocks": 24}) as c:
         first = c.rollout(groups(), policy="verl", progress=False).metrics
         second = c.rollout(groups(), policy="divided", progress=False).metrics
     assert first.preemptions > 0 and second.preemptions == 0 and second.reprefill_tokens == 0

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from seer.rollout.config import RolloutConfig, default_instance_engine
 from seer.rollout.instances.base import ChunkStart, RequestSpec
 from seer.rollout.instances.host import HostSpec, InstanceHost
 from seer.rollout.types import Assignment, KVSource, RolloutRequest
 from seer.sampling_params import SamplingParams
-from tests.conftest import TinyModelDir, rollout_config
+from tests.conftest import TinyModelDir
 
 
 @pytest.fixture(scope="module")
 def host(tiny_model_dir: TinyModelDir) -> InstanceHost:
-    cfg = rollout_config(dtype="float32", block_size=4, num_kv_blocks=48)
+    cfg = RolloutConfig(engine=replace(default_instance_engine(), dtype="float32", block_size=4, num_kv_blocks=48))
     return InstanceHost(HostSpec(0, cfg.instance_engine(str(tiny_model_dir("qwen2", 3))), None, None, None))
 
 

@@ -66,12 +66,13 @@ import pytest
 from seer.bench import onpolicy_samples as samples
 from seer.bench.onpolicy_samples import Response, agreement, cross_instance_pairs, sibling_pairs
 from seer.engine.speculator import SpecConfig
+from seer.rollout.config import RolloutConfig, default_instance_engine
 from seer.rollout.coordinator import RolloutCoordinator, RolloutOutput
 from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
 from seer.utils import stats
 from seer.utils.stats import detectable_tv
-from tests.conftest import TinyModelDir, one_torch_thread, rollout_config
+from tests.conftest import TinyModelDir, one_torch_thread
 
 ALPHA = 1e-3
 N = 2000                      # responses per arm
@@ -134,10 +135,9 @@ def llm_sample(model: Path, params: SamplingParams, seed: int, speculative: Spec
 def coordinator(model: Path, chunk_tokens: int, instances: int = 3) -> RolloutCoordinator:
     """In-process instances with little KV each and no affinity: a request's next chunk goes wherever dispatch
     puts it, its KV through the pool."""
-    return RolloutCoordinator(model, rollout_config(instances=instances, dtype="float32", block_size=4,
-                                                    num_kv_blocks=60, chunk_tokens=chunk_tokens,
-                                                    kv_affinity_spread=0, seed=5,
-                                                    spec=SpecConfig(adaptive=False, gamma_max=4)))
+    engine = dataclasses.replace(default_instance_engine(), dtype="float32", block_size=4, num_kv_blocks=60, seed=5)
+    return RolloutCoordinator(model, RolloutConfig(instances=instances, chunk_tokens=chunk_tokens, engine=engine,
+                                                   kv_affinity_spread=0, spec=SpecConfig(adaptive=False, gamma_max=4)))
 
 
 def groups(params: SamplingParams) -> list[GroupInput]:

@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from seer.engine.speculator import SpecConfig
+from seer.rollout.config import RolloutConfig, default_instance_engine
 from seer.rollout.coordinator import RolloutCoordinator
 from seer.rollout.types import GroupInput
 from seer.sampling_params import SamplingParams
-from tests.conftest import rollout_config
 from tests.models.helpers import make_tiny_model_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,17 +26,19 @@ def groups() -> list[GroupInput]:
     return [GroupInput(tuple(range(5 + i, 17 + 2 * i)), 4, sp, key=f"p{i}") for i in range(4)]
 
 
-def config(**kw: object):  # noqa: ANN201
-    """Chunks of 6 tokens and KV for 96 tokens per instance: requests outgrow an instance's KV and move often."""
-    return rollout_config(**{"instances": 2, "dtype": "float32", "block_size": 4, "num_kv_blocks": 24,
-                             "chunk_tokens": 6, "spec": SpecConfig(adaptive=False), **kw})
+def config(engine: dict | None = None, **kw: object) -> RolloutConfig:
+    """Chunks of 6 tokens and KV for 96 tokens per instance: requests outgrow an instance's KV and move often.
+    ``engine``: fields of the instances' engine to change; ``kw``: fields of the rollout."""
+    base = replace(default_instance_engine(), dtype="float32", block_size=4, num_kv_blocks=24)
+    cfg: dict = {"instances": 2, "chunk_tokens": 6, "spec": SpecConfig(adaptive=False), **kw}
+    return RolloutConfig(engine=replace(base, **(engine or {})), **cfg)
 
 
 @pytest.mark.slow
 def test_instances_on_two_nodes_move_kv_through_the_object_store(tmp_path) -> None:  # noqa: ANN001
     pytest.importorskip("ray")
     model = make_tiny_model_dir(tmp_path, family="qwen2", seed=3)
-    with RolloutCoordinator(model, config(instances=1, backend="inprocess", num_kv_blocks=400)) as ref:
+    with RolloutCoordinator(model, config(instances=1, backend="inprocess", engine={"num_kv_blocks": 400})) as ref:
         reference = [r.token_ids for r in ref.rollout(groups(), policy="verl", progress=False).result.responses]
     proc = subprocess.run([sys.executable, "-m", "tests.rollout.two_node_run", str(model)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)

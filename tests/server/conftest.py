@@ -8,13 +8,15 @@ thread: the model is tiny, and spare threads only spin on a shared 2-core machin
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from seer.engine.speculator import SpecConfig
+from seer.rollout.config import RolloutConfig, default_instance_engine
 from seer.rollout.coordinator import RolloutCoordinator
-from tests.conftest import TinyModelDir, one_torch_thread, rollout_config
+from tests.conftest import TinyModelDir, one_torch_thread
 
 MODEL_NAME = "tiny"
 
@@ -27,11 +29,12 @@ def tiny_model(tiny_model_dir: TinyModelDir) -> Path:
     return tiny_model_dir("qwen2", 3, max_position_embeddings=1024)
 
 
-def make_coordinator(model: Path, **overrides: object) -> RolloutCoordinator:
-    cfg: dict = dict(policy="context", instances=2, dtype="float32", block_size=4, num_kv_blocks=1024,
-                     chunk_tokens=8, num_threads=1, spec=SpecConfig(adaptive=False))
+def make_coordinator(model: Path, engine: dict | None = None, **overrides: object) -> RolloutCoordinator:
+    """``engine``: fields of the instances' engine to change; ``overrides``: fields of the rollout."""
+    base = replace(default_instance_engine(), dtype="float32", block_size=4, num_kv_blocks=1024, num_threads=1)
+    cfg: dict = dict(policy="context", instances=2, chunk_tokens=8, spec=SpecConfig(adaptive=False))
     cfg.update(overrides)
-    return RolloutCoordinator(model, rollout_config(**cfg))
+    return RolloutCoordinator(model, RolloutConfig(engine=replace(base, **(engine or {})), **cfg))
 
 
 @pytest.fixture(scope="package")

@@ -45,7 +45,7 @@ class Recorder(RolloutListener):
 
 @pytest.mark.parametrize("policy", ["context", "divided"])
 def test_abort_through_the_listener(tiny_model, policy):
-    with make_coordinator(tiny_model, policy=policy, num_kv_blocks=128) as coord:
+    with make_coordinator(tiny_model, policy=policy, engine={"num_kv_blocks": 128}) as coord:
         reference = coord.rollout(groups(), progress=False).result.responses
         rec = Recorder()
         out = coord.rollout(groups(), progress=False, listener=rec)
@@ -71,7 +71,7 @@ def test_abort_of_unknown_or_finished_groups_is_harmless(tiny_model):
         def on_start(self, driver) -> None:
             driver.abort(99)
 
-    with make_coordinator(tiny_model, num_kv_blocks=128) as coord:
+    with make_coordinator(tiny_model, engine={"num_kv_blocks": 128}) as coord:
         out = coord.rollout(groups(), progress=False, listener=Late())
         assert out.result.stats["aborted"] == 0
         assert all(r.finish_reason == "length" for r in out.result.responses)
