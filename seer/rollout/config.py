@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from seer.engine.config import EngineConfig
@@ -80,7 +81,8 @@ class RolloutConfig:
         if policy.critical:
             if cost is None:
                 raise ValueError("critical-path placement needs the engine's step profile")
-            speedup = batch_speedup(cost.batch_sizes, lambda b: cost.step_time(b, 1))
-            companions = lone_companions(cost.batch_sizes, lambda b: cost.step_time(b, 1))
+            decode = partial(cost.step_time, tokens_per_seq=1)  # a decode step's time at a batch
+            speedup = batch_speedup(cost.batch_sizes, decode)
+            companions = lone_companions(cost.batch_sizes, decode)
         return dict(ordering_config=self.ordering, affinity_spread=self.kv_affinity_spread,
                     critical_speedup=speedup, critical_companions=companions)

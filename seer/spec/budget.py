@@ -96,47 +96,30 @@ def plan_budget(classes: list[DraftClass], price: StepPrice, base_value: float, 
     """
     critical = [c for c in classes if c.critical and c.members]
     if not critical:
-        return _plan(classes, price, base_value, probe_boost, max_tokens)
+        return _plan(classes, price, base_value, probe_boost, max_tokens).tokens
     others = [c for c in classes if not (c.critical and c.members)]
-    for c in others:
-        c.granted = c.partial = 0
-    own = _plan(critical, price, sum(c.weight * len(c.members) for c in critical), 1.0, max_tokens)
-    done = _totals(critical)
-    limit = (1.0 + slack) * price(done.tokens, done.context, done.drafting)
+    plain = sum(c.weight * len(c.members) for c in critical)
+    own = _plan(critical, price, plain, 1.0, max_tokens)
+    limit = (1.0 + slack) * price(own.tokens, own.context, own.drafting)
 
     def around(tokens: int, context: float, drafting: int) -> float:
         """The step with the critical drafts in; beyond the slack it is worth nothing (an infinite price)."""
-        p = price(done.tokens + tokens, done.context + context, done.drafting + drafting)
+        p = price(own.tokens + tokens, own.context + context, own.drafting + drafting)
         return p if p <= limit else float("inf")
 
-    room = None if max_tokens is None else max_tokens - own
-    value = base_value + sum(_granted_value(c) for c in critical)
-    return own + _plan(others, around, value, probe_boost, room)
-
-
-def _granted_value(c: DraftClass) -> float:
-    """The value of the draft tokens granted to ``c``."""
-    return len(c.members) * sum(c.gains[:c.granted]) + c.partial * (c.gains[c.granted] if c.partial else 0.0)
-
-
-def _totals(classes: list[DraftClass]) -> _Prefix:
-    """Draft tokens, their context and the drafting requests of what ``classes`` were granted."""
-    tokens, context, drafting = 0, 0.0, 0
-    for c in classes:
-        per = c.context / len(c.members) if c.members else 0.0
-        n = len(c.members) * c.granted + c.partial
-        tokens, context = tokens + n, context + n * per
-        drafting += len(c.members) if c.granted else c.partial
-    return _Prefix(0.0, tokens, context, drafting)
+    room = None if max_tokens is None else max_tokens - own.tokens
+    rest = _plan(others, around, base_value + own.value - plain, probe_boost, room)
+    return own.tokens + rest.tokens
 
 
 def _plan(classes: list[DraftClass], price: StepPrice, base_value: float, probe_boost: float,
-          max_tokens: int | None) -> int:
-    """``plan_budget`` for classes of which none is critical."""
+          max_tokens: int | None) -> _Prefix:
+    """``plan_budget`` for classes of which none is critical; returns the kept plan's totals (its value with
+    ``base_value``)."""
     for c in classes:
         c.granted = c.partial = 0
     if base_value <= 0:
-        return 0
+        return _Prefix(base_value)
     ranking, cap = _ranking(classes, probe_boost), max_tokens
     # the running prefix as plain locals (this loop runs batch x gamma_max times a step); the best as a _Prefix
     value, tokens, context, drafting = base_value, 0, 0.0, 0
@@ -160,16 +143,15 @@ def _plan(classes: list[DraftClass], price: StepPrice, base_value: float, probe_
     if cut:  # the best prefix ends in a class the cap cut: its last token goes to some members only
         i, j = ranking[best_len - 1]
         classes[i].granted, classes[i].partial = j - 1, len(classes[i].members) - cut
-        return best_prefix.tokens
-    granted = best_prefix.tokens
+        return best_prefix
     if best_len < len(ranking):
         i, j = ranking[best_len]
         room = len(classes[i].members) - 1 if cap is None else min(len(classes[i].members) - 1,
                                                                    cap - best_prefix.tokens)
         k = _partial(classes[i], j, best_prefix, best_rate, price, room)
         classes[i].partial = k
-        granted += k
-    return granted
+        best_prefix = best_prefix.grow(classes[i], j, k)
+    return best_prefix
 
 
 def _partial(c: DraftClass, j: int, prefix: _Prefix, rate: float, price: StepPrice, room: int) -> int:
