@@ -68,6 +68,9 @@ class RequestBuffer:
                          if speedup is not None and chunk_tokens is not None else None)
         self._population: PopulationLength | None = None  # the last population fit, and when to refit it
         self._population_refit = 0
+        # group -> instances that prefilled its prompt, in that order: a sibling starting there shares the prompt's
+        # cached KV blocks (dispatch.py, "prompt homes")
+        self.prompt_homes: dict[int, list[int]] = {}
 
     # ---- building -------------------------------------------------------------------------------------
     def add_group(
@@ -119,7 +122,7 @@ class RequestBuffer:
         if not self._buffered or n == 0:
             return []
         reserved = self.critical.request_on if self.critical is not None else {}
-        picker = InstancePicker(instances, self.dispatch, reserved)
+        picker = InstancePicker(instances, self.dispatch, reserved, self.prompt_homes)
         out: list[Assignment] = []
         for rid in sorted(reserved.values()):  # critical requests first, each on its own instance
             req = self._buffered.get(rid)
@@ -210,6 +213,10 @@ class RequestBuffer:
         assignment = Assignment(req, instance_id, chunk, source, blocks)
         self.kv_sources[source] += 1
         self.reprefill_tokens += assignment.reprefill_tokens
+        if source is not KVSource.LOCAL and source is not KVSource.POOL:  # its prompt is prefilled there
+            homes = self.prompt_homes.setdefault(req.group_id, [])
+            if instance_id not in homes:
+                homes.append(instance_id)
         del self._buffered[req.request_id]
         self._running.setdefault(instance_id, {})[req.request_id] = req
         req.state = RequestState.RUNNING
@@ -295,6 +302,8 @@ class RequestBuffer:
         else:
             group.finished_lengths.append(req.generated)
         self.ordering.on_group_update(group)
+        if group.done:
+            self.prompt_homes.pop(group.group_id, None)
         if self.critical is not None:  # the group's length model moved: its members' estimates with it
             self.critical.work.remove(req)
             for sibling in group.requests:
@@ -349,6 +358,8 @@ class RequestBuffer:
             assert sorted(group.finished_lengths) == done, f"group {gid} finished lengths"
             aborted = sum(r.finish_reason == FINISH_ABORT for r in group.requests)
             assert group.aborted == aborted, f"group {gid} aborted count"
+            homes = self.prompt_homes.get(gid, [])
+            assert len(set(homes)) == len(homes) and not (homes and group.done), f"group {gid} prompt homes"
         self.ordering.check_integrity(self._buffered.values())
         if self.critical is not None:
             self.critical.check_integrity()

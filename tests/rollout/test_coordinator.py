@@ -62,7 +62,7 @@ def test_policies_return_g_identical_greedy(tiny, reference, policy):
 
 
 def test_migration_through_pool_has_no_reprefill(tiny, reference):
-    with coordinator(tiny, instances=3, engine={"num_kv_blocks": 30}) as c:
+    with coordinator(tiny, instances=3, engine={"num_kv_blocks": 24}) as c:
         res = c.rollout(groups(), policy="divided", progress=False).result
     moved = [r for r in res.responses if len(set(r.instance_history)) > 1]
     assert moved, "expected some requests to change instance"

@@ -89,12 +89,39 @@ def test_ties_go_to_the_least_loaded_instance() -> None:
 
 
 def test_spreads_over_instances_by_free_kv() -> None:
-    buf = one_group_buffer(size=4, prompt_len=16, chunk=16)  # each chunk needs 2 blocks
+    buf = RequestBuffer("fifo", chunk_tokens=16)
+    for _ in range(4):
+        buf.add_group(16, 1, 100)  # four prompts; each chunk needs 2 blocks
     instances = [InstanceState(0, 4, 16), InstanceState(1, 5, 16)]
     placed = [a.instance_id for a in buf.select(instances)]
     assert placed == [1, 0, 1, 0]
     assert [i.free_blocks for i in instances] == [0, 1]
     buf.check_integrity()
+
+
+def test_siblings_start_where_their_prompt_is_cached() -> None:
+    buf = one_group_buffer(size=4, prompt_len=16, chunk=16)  # each chunk needs 2 blocks
+    instances = [InstanceState(0, 4, 16), InstanceState(1, 5, 16)]
+    placed = [a.instance_id for a in buf.select(instances)]
+    # the first goes to the roomiest instance; its siblings follow while they fit, then a second home opens
+    assert placed == [1, 1, 0, 0]
+    assert buf.prompt_homes == {0: [1, 0]}
+    buf.check_integrity()
+
+
+def test_a_prompt_home_yields_when_overloaded_and_is_forgotten_when_the_group_ends() -> None:
+    def place(home_running: int) -> int:
+        buf = one_group_buffer(size=2, prompt_len=16, chunk=16, affinity_spread=2)
+        run_chunk(buf, 0, 0, 16, finished=True)
+        assert buf.prompt_homes == {0: [0]}
+        [a] = buf.select([InstanceState(0, 40, 16, running=home_running), InstanceState(1, 50, 16)])
+        buf.on_chunk_done(a.request_id, 16, finished=True)
+        assert buf.prompt_homes == {}
+        buf.check_integrity()
+        return a.instance_id
+
+    assert place(2) == 0  # within the spread: the home, though the other instance has more free KV
+    assert place(3) == 1  # beyond it: the roomiest instance
 
 
 def test_never_over_admits_and_respects_slots() -> None:
