@@ -3,9 +3,9 @@
 The instance that already holds the request's KV takes it if the chunk fits there; otherwise the instance with the
 most free KV (then fewest running), the KV moving through the pool. A request without KV (its first chunk) starts on
 one of its group's prompt homes, the instances that prefilled that prompt, if it fits there: siblings on one
-instance share the prompt's cached blocks, so the same KV memory runs more sequences. Scattered, they each hold a
-copy; on CASTILLO at a quarter of its lengths (prompts about a third of a context) that cost seer its running batch,
-35-48 sequences per instance against veRL's 60-70, whose static split co-locates groups. A holder (of KV or of a
+instance share the prompt's cached blocks, so the same KV memory runs more sequences; scattered, each holds a
+copy, and where prompts are a large share of the context that costs a memory-bound instance a third of its running
+batch (docs/design.md). A holder (of KV or of a
 prompt) running more than ``affinity_spread`` requests beyond the least loaded live instance is overloaded: the
 least loaded instance takes the chunk if it fits there, since affinity alone lets the instances that happen to hold
 KV keep long queues while others idle. Admission is strict: a chunk goes only where its KV fits for the whole chunk
