@@ -80,32 +80,54 @@ def split_totals(row: dict) -> dict[str, float]:
             **{k.replace("_s", "_share"): round(v / whole, 4) for k, v in total.items()}}
 
 
+def longest_acceptance(results: dict, longest) -> float:
+    """Tokens per step the rollout's longest response reached: the best over the run's drafting policies of
+    that response's own counters (every policy ran it: same group, same index), or of its group's tau where a
+    run did not count per request (remote draft servers); 1 where nothing drafted."""
+    best = 1.0
+    for res in results.values():
+        spec = res.stats.get("spec")
+        if not spec:
+            continue
+        same = next((r for r in res.responses if (r.group_id, r.index) == (longest.group_id, longest.index)), None)
+        own = spec.get("per_request", {}).get(str(same.request_id)) if same is not None else None
+        group = spec.get("per_group", {}).get(str(longest.group_id))
+        if own:
+            best = max(best, own["tokens_per_step"])
+        elif group:
+            best = max(best, group["tau"])
+    return best
+
+
 def bound_for(coordinator, results: dict, instances: int, groups, kv_tokens: int) -> dict | None:
     """The rollout bound, with the best acceptance any policy of the run reached (overall, and on the longest
-    response's group), priced by the lower envelope of every policy's measured steps (each token at its real
-    context, within the KV budget; no measured step was faster), or by the verify profile where too few steps
+    response), priced by the lower envelope of every policy's measured steps (each token at its real context,
+    within the KV budget; no measured step was faster; the longest response's steps by that of the steps of one
+    sequence, ``lone_envelope``, where enough ran), or by the verify profile where too few steps
     were measured (short contexts and the batches the profile could fit: a looser, rougher figure). Both are in
     the report when both exist, and so is the central fit of the steps (``step_fit``: what a replay prices
     steps by)."""
     from seer.rollout.bound import fitted_bound, rollout_bound
-    from seer.rollout.step_cost import MIN_STEPS, LinearStepCost, lower_envelope, measured_steps
+    from seer.rollout.step_cost import MIN_STEPS, LinearStepCost, lone_envelope, lower_envelope, measured_steps
 
     responses = next(iter(results.values())).responses
     longest = max(responses, key=lambda r: len(r.token_ids))
     specs = [res.stats["spec"] for res in results.values() if "spec" in res.stats]
     tau = max((spec["tau"] for spec in specs), default=1.0)
-    group_taus = [spec.get("per_group", {}).get(str(longest.group_id), {}).get("tau") for spec in specs]
-    longest_tau = max((t for t in group_taus if t), default=tau)
+    longest_tau = longest_acceptance(results, longest)
     bounds, fits = {}, {}
     steps = [s for res in results.values() if "step_costs" in res.stats
              for s in measured_steps(res.decisions, res.stats["busy"], res.stats["step_costs"])]
     if len(steps) >= MIN_STEPS:
         fits = {"step_fit": LinearStepCost.fit(steps), "step_envelope": lower_envelope(steps)}
+        alone = lone_envelope(steps)
+        if alone is not None:
+            fits["lone_envelope"] = alone
         shapes = [(len(groups[r.group_id].prompt_token_ids), len(r.token_ids)) for r in responses]
         cfg = coordinator.config
         bounds["fitted"] = fitted_bound(shapes, instances, fits["step_envelope"], tau=tau, longest_tau=longest_tau,
                                         max_tokens_per_seq=1 + cfg.spec.gamma_max, kv_tokens=kv_tokens,
-                                        max_seqs=cfg.engine.max_num_seqs)
+                                        max_seqs=cfg.engine.max_num_seqs, alone=alone)
     cost = coordinator.verify_cost()
     bounds["profile"] = rollout_bound([len(r.token_ids) for r in responses], instances, cost, tau=tau,
                                       longest_tau=longest_tau)
@@ -208,7 +230,7 @@ def report_row(out) -> dict[str, Any]:
         row[key] = stats.get(key)
     row["time_split"] = split_totals(row)
     if "spec" in stats:
-        row["spec"] = {k: v for k, v in stats["spec"].items() if k != "per_group"}
+        row["spec"] = {k: v for k, v in stats["spec"].items() if k not in ("per_group", "per_request")}
     row["onpolicy"] = out.onpolicy
     return row
 

@@ -143,13 +143,13 @@ class Speculator:
             gid = self.group_of(req)
             _, tree = self._drafted.pop(c.request_id, (0, False))
             if c.num_spec_tokens:
-                self.server.record_verification(gid, c.num_spec_tokens, res.num_accepted_spec, 1)
+                self.server.record_verification(gid, c.num_spec_tokens, res.num_accepted_spec, 1, c.request_id)
                 if self.policy is not None:
                     depth = min(c.num_spec_tokens, self.config.gamma_max) if tree else c.num_spec_tokens
                     self.policy.observe(c.request_id, gid, max(depth, res.num_accepted_spec, 1),
                                         res.num_accepted_spec)
             else:
-                self.server.record_verification(gid, 0, 0, 1)
+                self.server.record_verification(gid, 0, 0, 1, c.request_id)
             self._feed(req)
         self.draft_s += time.perf_counter() - t0
 

@@ -5,7 +5,9 @@ Two things bound any schedule of a rollout over ``I`` instances, with ``T(B, n)`
 emits, bonus included; 1 without drafting). A step computing ``n`` tokens of a sequence emits at most ``n`` of
 them, and on average no more than ``tau``, so it is credited ``min(n, tau)``:
 - the longest response must be generated token after token; alone on an instance (batch 1, nothing else slowing
-  its steps) that takes ``L * min over n of T(1, n) / min(n, tau_g)``, with ``tau_g`` measured on its group;
+  its steps) that takes ``L * min over n of T(1, n) / min(n, tau_g)``, with ``tau_g`` the tokens per step that
+  response reached (where the run counted them per request; else its group's tau). Its own, because a runaway
+  of noise accepts no draft however well its siblings' drafts accept;
 - all generated tokens must be produced at no more than the best aggregate rate,
   ``I * max over (B, n) of B * min(n, tau) / T(B, n)`` with ``tau`` the rollout's.
 ``bound_s`` is the larger of the two. Both terms are optimistic (prefill, scheduling, drafting and KV movement
@@ -45,7 +47,7 @@ class RolloutBound:
     total_tokens: int
     peak_tok_s: float         # the best aggregate rate over all instances
     tau: float                # mean acceptance length the work term assumes
-    longest_tau: float        # ... and the longest response's term (its group's)
+    longest_tau: float        # ... and the longest response's term (its own tokens per step, or its group's tau)
     model: str = "profile"    # what priced the steps: the verify profile, or a fit to the measured steps
 
     def to_dict(self) -> dict:
@@ -81,10 +83,11 @@ def _per_token_s(cost: LinearStepCost, contexts: np.ndarray, tau: float, max_tok
 
 def fitted_bound(responses: Sequence[tuple[int, int]], instances: int, cost: LinearStepCost, *,
                  tau: float = 1.0, longest_tau: float | None = None, max_tokens_per_seq: int = 9,
-                 kv_tokens: int | None = None, max_seqs: int | None = None) -> RolloutBound:
+                 kv_tokens: int | None = None, max_seqs: int | None = None,
+                 alone: LinearStepCost | None = None) -> RolloutBound:
     """The bound for ``(prompt tokens, generated tokens)`` responses on ``instances`` instances, each token
-    priced at its context by ``cost``; a step computes at most ``max_tokens_per_seq`` tokens of a sequence
-    (1 + the longest draft).
+    priced at its context by ``cost`` (the longest response's by ``alone``, the cost of a step of one sequence,
+    where given); a step computes at most ``max_tokens_per_seq`` tokens of a sequence (1 + the longest draft).
 
     The fixed cost of a step is shared by its sequences, but not by more than an instance holds: a step's
     sequences fit its ``kv_tokens`` (their contexts sum to no more) and number at most ``max_seqs``, and each
@@ -94,15 +97,16 @@ def fitted_bound(responses: Sequence[tuple[int, int]], instances: int, cost: Lin
         raise ValueError("a bound needs at least one response and one instance")
     tau_long = tau if longest_tau is None else longest_tau
     prompt, longest = max(responses, key=lambda r: (r[1], r[0]))
-    alone = _per_token_s(cost, np.arange(prompt, prompt + longest, dtype=float), tau_long,
-                         max_tokens_per_seq, cost.fixed_s)
+    lone = alone or cost
+    alone_s = _per_token_s(lone, np.arange(prompt, prompt + longest, dtype=float), tau_long,
+                           max_tokens_per_seq, lone.fixed_s)
     contexts = np.concatenate([np.arange(p, p + n, dtype=float) for p, n in responses])
     per_step = credited(tau, max_tokens_per_seq)
     steps = max(float(contexts.sum()) / (per_step * kv_tokens) if kv_tokens else 0.0,
                 len(contexts) / (per_step * max_seqs) if max_seqs else 0.0)
     tokens_s = float(_per_token_s(cost, contexts, tau, max_tokens_per_seq, 0.0).sum())
     work_s = (tokens_s + cost.fixed_s * steps) / instances
-    longest_s = float(alone.sum())
+    longest_s = float(alone_s.sum())
     total = len(contexts)
     return RolloutBound(max(longest_s, work_s), longest_s, work_s, longest, total,
                         total / work_s if work_s > 0 else float("inf"), tau, tau_long, model="fitted")

@@ -95,6 +95,25 @@ def lower_envelope(steps: Sequence[StepShape], rounds: int = 3) -> LinearStepCos
                           fit.per_pair_s * scale, steps=len(usable), mape=mape)
 
 
+def lone_envelope(steps: Sequence[StepShape]) -> LinearStepCost | None:
+    """The cost of a step of one sequence that no measured step undercuts; None with fewer than ``MIN_STEPS``
+    steps of one sequence. It is the lower envelope of those steps, lowered further until no step of several
+    sequences is faster than one of them alone computing its share (a batch costs no less than any one of its
+    sequences would). Why: the bound's longest response runs alone, and one straight line under batches of 1 to
+    100 sits far below the steps of one on a CPU, whose steps are flat up to a few sequences (27 against 44 ms
+    on the EPYC in fp32), which credits the longest response with steps no run can take."""
+    lone = [s for s in steps if s.seqs == 1 and s.seconds > 0]
+    if len(lone) < MIN_STEPS:
+        return None
+    fit = lower_envelope(lone)
+    ratios = [s.seconds / fit.step_time(1, s.tokens / s.seqs, s.pairs / s.seqs)
+              for s in steps if s.seqs > 1 and s.seconds > 0]
+    scale = min([1.0, *ratios])
+    mape = sum(s.seconds / (scale * fit.step_time(1, s.tokens, s.pairs)) - 1.0 for s in lone) / len(lone)
+    return LinearStepCost(fit.fixed_s * scale, fit.per_seq_s * scale, fit.per_token_s * scale,
+                          fit.per_pair_s * scale, steps=len(lone), mape=mape)
+
+
 def measured_steps(decisions: Mapping[int, Sequence[Sequence[tuple]]],
                    busy: Mapping[int, Sequence[tuple[float, float]]],
                    step_costs: Mapping[int, Sequence[tuple[float, float]]]) -> list[StepShape]:

@@ -199,12 +199,13 @@ class DraftServer:
         return out
 
     # ---------------------------------------------------------------- metrics
-    def record_verification(self, group_id: Hashable, drafted: int, accepted: int, bonus: int) -> None:
+    def record_verification(self, group_id: Hashable, drafted: int, accepted: int, bonus: int,
+                            request_id: Hashable | None = None) -> None:
         """Outcome of one verification step of one request (drafted = draft size, accepted along the path)."""
         if drafted == 0:
-            self.metrics.record_plain(group_id)
+            self.metrics.record_plain(group_id, request_id)
         else:
-            self.metrics.record(group_id, drafted, accepted, bonus)
+            self.metrics.record(group_id, drafted, accepted, bonus, request_id)
 
     # ---------------------------------------------------------------- checks
     @property

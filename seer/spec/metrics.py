@@ -1,4 +1,4 @@
-"""Speculative-decoding counters, overall and per group.
+"""Speculative-decoding counters, overall, per group and per request.
 
 Why summed counters: docs/design.md defines tau = (accepted + bonus) / verification steps of requests that speculated
 and accept_rate = accepted / drafted, both from summed counters. Averaging per-request rates would let a few
@@ -65,15 +65,19 @@ class SpecCounters:
 
 @dataclass
 class SpecMetrics:
-    """Overall and per-group counters plus drafter wall time (propose calls only)."""
+    """Overall, per-group and per-request counters plus drafter wall time (propose calls only). Per request,
+    because a rollout's longest response sets its makespan and its own acceptance, not its group's, says how
+    fast it could have run (``seer.rollout.bound``)."""
 
     total: SpecCounters = field(default_factory=SpecCounters)
     per_group: dict[Hashable, SpecCounters] = field(default_factory=dict)
+    per_request: dict[Hashable, SpecCounters] = field(default_factory=dict)
     draft_time_s: float = 0.0
     propose_calls: int = 0
     proposed_requests: int = 0
 
-    def record(self, group_id: Hashable, drafted: int, accepted: int, bonus: int) -> None:
+    def record(self, group_id: Hashable, drafted: int, accepted: int, bonus: int,
+               request_id: Hashable | None = None) -> None:
         """One verification step of one request that speculated (``drafted`` > 0)."""
         if drafted <= 0:
             raise ValueError(f"record() is for steps that speculated; drafted={drafted}")
@@ -83,11 +87,15 @@ class SpecMetrics:
             raise ValueError(f"bonus must be 0 or 1, got {bonus}")
         self.total.add(drafted, accepted, bonus)
         self.per_group.setdefault(group_id, SpecCounters()).add(drafted, accepted, bonus)
+        if request_id is not None:
+            self.per_request.setdefault(request_id, SpecCounters()).add(drafted, accepted, bonus)
 
-    def record_plain(self, group_id: Hashable) -> None:
+    def record_plain(self, group_id: Hashable, request_id: Hashable | None = None) -> None:
         """One decode step of a request that did not speculate."""
         self.total.plain_steps += 1
         self.per_group.setdefault(group_id, SpecCounters()).plain_steps += 1
+        if request_id is not None:
+            self.per_request.setdefault(request_id, SpecCounters()).plain_steps += 1
 
     def record_propose(self, seconds: float, num_requests: int) -> None:
         self.draft_time_s += seconds
@@ -101,7 +109,8 @@ class SpecMetrics:
     def as_dict(self) -> dict:
         return {**self.total.as_dict(), "draft_time_s": self.draft_time_s, "propose_calls": self.propose_calls,
                 "draft_time_per_call_s": self.draft_time_per_call_s,
-                "per_group": {str(g): c.as_dict() for g, c in self.per_group.items()}}
+                "per_group": {str(g): c.as_dict() for g, c in self.per_group.items()},
+                "per_request": {str(r): c.as_dict() for r, c in self.per_request.items()}}
 
     def check_integrity(self) -> None:
         self.total.check_integrity()
@@ -110,3 +119,9 @@ class SpecMetrics:
             c.check_integrity()
             summed.merge(c)
         assert summed == self.total, f"per-group counters {summed} do not sum to the total {self.total}"
+        by_request = SpecCounters()
+        for c in self.per_request.values():
+            c.check_integrity()
+            by_request.merge(c)
+        assert not self.per_request or by_request == self.total, (
+            f"per-request counters {by_request} do not sum to the total {self.total}")

@@ -55,6 +55,8 @@ def test_a_run_prints_the_table_and_paths_not_the_json(tiny: Path, trace: Path, 
     assert lines[-1] == HOW_TO_READ
     doc = json.loads(out.read_text())  # the file holds the whole report, as before
     assert list(doc["policies"]) == ["verl", "seer"] and "bound" in doc and "machine" in doc["setup"]
+    assert doc["bound"]["longest_tau"] >= 1.0 and "per_request" not in doc["policies"]["seer"]["spec"]
+    assert all(row["makespan_s"] >= doc["bound"]["bound_s"] for row in doc["policies"].values())
     assert out.with_suffix(".png").stat().st_size > 0
 
 

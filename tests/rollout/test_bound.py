@@ -51,6 +51,14 @@ def test_fitted_longest_term_prices_every_token_at_its_context():
     assert short.longest_s < b.longest_s
 
 
+def test_the_longest_term_takes_the_cost_of_steps_of_one_and_the_work_term_does_not():
+    lone = LinearStepCost(0.040, 0.0, 0.002, 1e-5)  # steps of one sequence: dearer than the line under all
+    plain = fitted_bound([(100, 50), (10, 5)], instances=1, cost=LINEAR, max_tokens_per_seq=1)
+    b = fitted_bound([(100, 50), (10, 5)], instances=1, cost=LINEAR, max_tokens_per_seq=1, alone=lone)
+    assert b.longest_s == pytest.approx(sum(0.040 + 0.002 + (c + 1) * 1e-5 for c in range(100, 150)))
+    assert b.work_s == plain.work_s and b.longest_s > plain.longest_s
+
+
 def test_fitted_work_term_amortises_the_fixed_cost_and_splits_over_instances():
     responses = [(20, 30)] * 40
     one = fitted_bound(responses, instances=1, cost=LINEAR, max_tokens_per_seq=1)

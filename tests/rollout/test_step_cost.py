@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from seer.rollout.step_cost import LinearStepCost, StepShape, lower_envelope, measured_steps
+from seer.rollout.step_cost import LinearStepCost, StepShape, lone_envelope, lower_envelope, measured_steps
 
 TRUE = LinearStepCost(0.004, 0.001, 0.0005, 2e-7)
 
@@ -49,6 +49,34 @@ def test_no_step_is_below_the_lower_envelope_and_it_follows_the_fastest_steps():
     assert 0.97 < min(under) and max(under) < 1.01                  # the truth, up to the least-slowed steps
     assert any(s.seconds < central.step_time(s.seqs, s.tokens, s.pairs) for s in slowed)  # a central fit is beaten
     assert env.steps == 400 and env.mape > 0.05
+
+
+def _flat_then_rising(n: int) -> list[StepShape]:
+    """A CPU's decode steps: reading the weights sets the time up to four sequences (44 ms), compute after."""
+    rng = random.Random(2)
+    out = []
+    for _ in range(n):
+        seqs, ctx = rng.choice([1, 1, 2, 4, 8, 16, 32, 64]), rng.randint(50, 1500)
+        pairs = seqs * (ctx + 1)
+        t = max(0.044, 0.02 + 0.004 * seqs) + 2e-6 * pairs
+        out.append(StepShape(seqs, seqs, pairs, t * (1 + rng.expovariate(1 / 0.1))))
+    return out
+
+
+def test_the_lone_envelope_prices_steps_of_one_where_the_envelope_of_all_is_far_below():
+    steps = _flat_then_rising(600)
+    lone, env = lone_envelope(steps), lower_envelope(steps)
+    assert lone is not None and lone.steps == sum(s.seqs == 1 for s in steps)
+    ones = [s for s in steps if s.seqs == 1]
+    assert all(s.seconds >= lone.step_time(1, s.tokens, s.pairs) * (1 - 1e-9) for s in ones)
+    assert all(s.seconds >= lone.step_time(1, s.tokens / s.seqs, s.pairs / s.seqs) * (1 - 1e-9) for s in steps)
+    at = (1, 1, 801)  # one sequence at context 800
+    assert 0.97 < lone.step_time(*at) / (0.044 + 2e-6 * 801) <= 1.0   # the truth, from below
+    assert env.step_time(*at) < 0.9 * lone.step_time(*at)              # one line under all batches: below
+
+
+def test_the_lone_envelope_needs_steps_of_one():
+    assert lone_envelope([s for s in _flat_then_rising(200) if s.seqs > 1]) is None
 
 
 def test_a_chunk_attends_to_its_context_and_itself():

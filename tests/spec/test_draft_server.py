@@ -78,16 +78,23 @@ def test_history_is_bounded() -> None:
 
 def test_metrics_are_summed_counters() -> None:
     server = server_with_sibling()
-    server.record_verification("g", drafted=8, accepted=8, bonus=1)
-    server.record_verification("g", drafted=4, accepted=0, bonus=1)
-    server.record_verification("h", drafted=2, accepted=1, bonus=1)
-    server.record_verification("h", drafted=0, accepted=0, bonus=1)  # a plain step
+    server.record_verification("g", drafted=8, accepted=8, bonus=1, request_id="0")
+    server.record_verification("g", drafted=4, accepted=0, bonus=1, request_id="1")
+    server.record_verification("h", drafted=2, accepted=1, bonus=1, request_id="2")
+    server.record_verification("h", drafted=0, accepted=0, bonus=1, request_id="2")  # a plain step
     m = server.metrics
     assert m.total.tau == pytest.approx((9 + 3) / 3) and m.total.accept_rate == pytest.approx(9 / 14)
     assert m.per_group["g"].tau == pytest.approx(5.0) and m.per_group["h"].plain_steps == 1
     assert m.total.tokens_per_step == pytest.approx((9 + 3 + 1) / 4)
     assert m.as_dict()["per_group"]["h"]["steps"] == 1
+    # per request: the group's tau of 5 hides a request that accepted nothing
+    assert m.per_request["0"].tokens_per_step == 9 and m.per_request["1"].tokens_per_step == 1
+    assert m.as_dict()["per_request"]["2"]["tokens_per_step"] == pytest.approx(1.5)
     server.check_integrity()
+    m.per_request["1"].plain_steps += 1
+    with pytest.raises(AssertionError, match="per-request counters"):
+        m.check_integrity()
+    m.per_request["1"].plain_steps -= 1
     with pytest.raises(ValueError):
         server.record_verification("g", drafted=2, accepted=3, bonus=1)
 
