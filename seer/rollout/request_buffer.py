@@ -121,6 +121,7 @@ class RequestBuffer:
         """
         if not self._buffered or n == 0:
             return []
+        self._population_fit()  # the ordering measures groups none of whose members has finished by it
         reserved = self.critical.request_on if self.critical is not None else {}
         picker = InstancePicker(instances, self.dispatch, reserved, self.prompt_homes)
         out: list[Assignment] = []
@@ -175,6 +176,7 @@ class RequestBuffer:
         done = self.num_finished
         if done >= self._population_refit:
             self._population = PopulationLength.fit(self.groups.values())
+            self.ordering.on_population(None if self._population is None else math.exp(self._population.mu))
             grown = math.ceil(done * self.POPULATION_REFIT_GROWTH)
             self._population_refit = max(done + 1, grown) if self._population is not None else done + 1
         return self._population

@@ -319,6 +319,26 @@ def test_attained_rank_tests_every_request_before_it_trusts_estimates() -> None:
     buf.check_integrity()
 
 
+def test_attained_rank_starts_a_group_that_outgrew_the_population_before_untested_ones() -> None:
+    """No member of groups 6 and 7 has finished, so their siblings say nothing of their length; but group 6's
+    probe has outgrown the median of all responses (the censored population fit, ~50 here), so its siblings
+    rank with the requests that outgrew their finished siblings, before group 7's, though they have generated
+    more: least generated first among the untested would start the long group's laggards last."""
+    buf = context_buffer(groups=8, size=3, max_tokens=1000, rank="attained")
+    for gid in range(6):  # 18 finished responses of 40-60 tokens: enough to fit the population
+        for index in range(3):
+            run_chunk(buf, gid, index, 40 + 4 * gid + index, finished=True)
+    run_chunk(buf, 6, 0, 200)
+    run_chunk(buf, 7, 0, 30)
+    for index in (1, 2):
+        run_chunk(buf, 6, index, 10)
+        run_chunk(buf, 7, index, 5)
+    assert order(buf) == [(7, 0), (6, 0), (6, 1), (6, 2), (7, 1), (7, 2)]
+    median = buf.ordering.population_median
+    assert median is not None and 40 < median < 70
+    buf.check_integrity()
+
+
 def test_remaining_rank_keeps_long_groups_first() -> None:
     """The same state under rank="remaining": the long group's members go before the short groups'."""
     buf = context_buffer(groups=3, size=3, max_tokens=1000, rank="remaining")

@@ -89,6 +89,10 @@ class Ordering(ABC):
     def on_group_update(self, group: Group) -> None:
         """A sibling finished, so the group's length estimate may have changed."""
 
+    def on_population(self, median: float | None) -> None:
+        """The median length of all the rollout's responses (the unfinished ones censored) was refitted: the
+        only yardstick for a group none of whose members has finished."""
+
     @property
     def hint_inputs(self) -> Hashable:
         """What every ``remaining_hint`` depends on beyond the request's progress and its group's finished

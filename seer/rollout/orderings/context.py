@@ -36,9 +36,11 @@ groups by L_g (longest finished sibling, max_tokens before any finishes), member
 0.925 / 0.932 / 0.872 for `group`; on the real engine the two are within run-to-run noise (README).
 `rank="attained"` keeps the estimate but trusts it less: requests whose hedged remaining is their whole budget
 (runaways, groups that may run to max_tokens) go first, longest first; then requests that have outgrown every
-finished sibling, least generated first; then the other siblings of groups with a finished member, shortest
-expected remaining first (finishing a short group is cheap and exposes a runaway hidden in it); then siblings of
-groups whose probe still runs, least generated first. A runaway among the siblings of a short group
+finished sibling, and the siblings of a group without a finished member one of whose members has outgrown the
+median of all the rollout's responses (the request buffer's censored population fit), least generated first;
+then the other siblings of groups with a finished member, shortest expected remaining first (finishing a short
+group is cheap and exposes a runaway hidden in it); then the siblings of the other groups whose probe still
+runs, least generated first. A runaway among the siblings of a short group
 reveals itself only by running past them, and `remaining` starts it last, after the long groups; where one
 response alone takes longer than the rest of the work (few groups per instance, slow batch-1 steps) that sets
 the makespan. A starvation
@@ -76,9 +78,9 @@ class EstimateQueue:
     def store(self, req: RolloutRequest, group: Group) -> None:
         self._heap.push((self._key(req, group), req.arrival_seq), req)
 
-    def to_rekey(self, group: Group, respread: bool) -> list[RolloutRequest]:
+    def to_rekey(self, group: Group | None, respread: bool) -> list[RolloutRequest]:
         """The requests whose key may have moved: every waiting one when the spread moved, else the group's."""
-        if respread:
+        if respread or group is None:
             return self._heap.live_requests()
         return [r for r in group.requests if r.ticket >= 0 and not r.is_probe]  # buffered
 
@@ -115,6 +117,8 @@ class ContextOrdering(Ordering):
         self._finishes = 0
         self._next_refit = 1  # refit the spread when this many siblings have finished (geometric schedule)
         self._estimate = self.config.spread_prior  # the EM's state, carried across refits
+        self.population_median: float | None = None  # all responses' median length (``on_population``)
+        self._shown_long: set[int] = set()  # groups without a finished member, one of which outgrew that median
         self.spread = self.config.spread_prior  # the within-group spread the current keys were computed with
 
     # ---- the estimate ------------------------------------------------------------------------------------
@@ -151,19 +155,30 @@ class ContextOrdering(Ordering):
             self._probes.push((req.generated, req.arrival_seq), req)
         else:
             self._others.store(req, group)
+        if self._outgrew_population(req, group):  # its buffered siblings now rank as a long group's
+            self._shown_long.add(group.group_id)
+            for sibling in self._others.to_rekey(group, False):
+                if sibling is not req:
+                    self._rekey(sibling, group)
+
+    def _outgrew_population(self, req: RolloutRequest, group: Group) -> bool:
+        median = self.population_median
+        return (self.config.rank == "attained" and median is not None and req.generated >= median
+                and not group.finished_lengths and group.group_id not in self._shown_long)
 
     def _key(self, req: RolloutRequest, group: Group) -> tuple[int, float]:
         """Heap key of a non-probe: (class, value), smallest first. ``remaining``: one class, longest hedged
         remaining first. ``attained``: (0) requests whose hedged remaining is their whole budget (a runaway, or a
         group whose length may reach max_tokens), longest first; (1) requests that have outgrown every finished
-        sibling, least generated first; (2) the other siblings of groups with a finished member, shortest
-        expected remaining first, because finishing a short group costs little and is what exposes a runaway
-        hidden in it; (3) siblings of groups whose probe still runs, least generated first."""
+        sibling, and the siblings of a group shown long before any member finished (``on_population``), least
+        generated first; (2) the other siblings of groups with a finished member, shortest expected remaining
+        first, because finishing a short group costs little and is what exposes a runaway hidden in it; (3) the
+        siblings of the other groups whose probe still runs, least generated first."""
         est = self.estimated_remaining(req, group)
         if self.config.rank != "attained":
             return 0, -est
         if not group.finished_lengths:
-            return 3, float(req.generated)
+            return (1 if group.group_id in self._shown_long else 3), float(req.generated)
         if est >= req.max_tokens - req.generated:
             return 0, -est
         if req.generated >= max(group.finished_lengths):
@@ -195,6 +210,25 @@ class ContextOrdering(Ordering):
         hint = post * (req.max_tokens - req.generated) + (1.0 - post) * typical
         cache[req.request_id] = (req.generated, self.spread, hint)
         return hint
+
+    POPULATION_MOVE = 0.1  # a population median that moved by less leaves the keys as they are
+
+    def on_population(self, median: float | None) -> None:
+        """The attained rank counts a group none of whose members has finished as shown long once one member
+        has outgrown the rollout's median response, and ranks its siblings with the requests that outgrew their
+        finished siblings: siblings are alike in length, and least generated first among the untested groups
+        would start the lagging members of a long group last."""
+        old = self.population_median
+        if self.config.rank != "attained" or median == old or (
+                median is not None and old is not None and abs(median - old) <= self.POPULATION_MOVE * old):
+            return
+        self.population_median = median
+        self._shown_long = {gid for gid, g in self._groups.items() if median is not None and not
+                            g.finished_lengths and max(r.generated for r in g.requests) >= median}
+        assert isinstance(self._others, EstimateQueue)  # the attained rank keys by estimate
+        for req in self._others.to_rekey(None, True):
+            self._rekey(req, self._groups[req.group_id])
+        self._others.compact()
 
     def on_group_update(self, group: Group) -> None:
         self._centers.pop(group.group_id, None)
@@ -240,6 +274,7 @@ class ContextOrdering(Ordering):
         main = self._probes.tickets() + self._others.tickets()
         assert sorted(main) == sorted(self._waiting.tickets()), "context: guard heap out of sync"
         assert self.spread > 0 and self._estimate > 0 and self._dof >= 0 and self._ss >= 0, "context: spread corrupt"
+        assert self._shown_long <= set(self._groups), "context: a group shown long that the ordering never saw"
         return main
 
 
