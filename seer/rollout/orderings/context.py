@@ -155,16 +155,18 @@ class ContextOrdering(Ordering):
             self._probes.push((req.generated, req.arrival_seq), req)
         else:
             self._others.store(req, group)
-        if self._outgrew_population(req, group):  # its buffered siblings now rank as a long group's
-            self._shown_long.add(group.group_id)
+        if group.group_id not in self._shown_long and self._shows_long(group):
+            self._shown_long.add(group.group_id)  # its buffered siblings now rank as a long group's
             for sibling in self._others.to_rekey(group, False):
                 if sibling is not req:
                     self._rekey(sibling, group)
 
-    def _outgrew_population(self, req: RolloutRequest, group: Group) -> bool:
+    def _shows_long(self, group: Group) -> bool:
+        """No member has finished, and one has outgrown the population median (set only under the attained
+        rank, ``on_population``)."""
         median = self.population_median
-        return (self.config.rank == "attained" and median is not None and req.generated >= median
-                and not group.finished_lengths and group.group_id not in self._shown_long)
+        return (median is not None and not group.finished_lengths
+                and max(r.generated for r in group.requests) >= median)
 
     def _key(self, req: RolloutRequest, group: Group) -> tuple[int, float]:
         """Heap key of a non-probe: (class, value), smallest first. ``remaining``: one class, longest hedged
@@ -223,8 +225,7 @@ class ContextOrdering(Ordering):
                 median is not None and old is not None and abs(median - old) <= self.POPULATION_MOVE * old):
             return
         self.population_median = median
-        self._shown_long = {gid for gid, g in self._groups.items() if median is not None and not
-                            g.finished_lengths and max(r.generated for r in g.requests) >= median}
+        self._shown_long = {gid for gid, g in self._groups.items() if self._shows_long(g)}
         assert isinstance(self._others, EstimateQueue)  # the attained rank keys by estimate
         for req in self._others.to_rekey(None, True):
             self._rekey(req, self._groups[req.group_id])
