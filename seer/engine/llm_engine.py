@@ -4,6 +4,10 @@ Besides plain generation it offers what Seer's rollout needs from an instance: p
 its tokens and KV (``export_request``), importing such a request on another instance and continuing with no
 recomputation (``import_request``), forced-token replay, draft tokens for verification, and weight updates with
 a version number.
+
+Engines in one process may share one copy of the weights (``weights_from``): instances take turns on the
+device, so one model serves them all, and eight in-process instances of a model then hold its weights once, not
+eight times. Such engines change weights together (``InProcessBackend.update_weights``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from seer.engine.block_manager import BlockManager
 from seer.engine.config import EngineConfig
@@ -23,6 +28,7 @@ from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerOutput, S
 from seer.engine.speculator import Speculator
 from seer.engine.step import run_step
 from seer.models import attn_kernel, rms_norm
+from seer.models.config import ModelConfig
 from seer.models.loader import load_model, load_weights
 from seer.models.packed_linear import prepack_linears
 from seer.sampling_params import SamplingParams
@@ -51,16 +57,29 @@ class ExportedRequest:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig) -> None:
+    config: EngineConfig
+    model: nn.Module
+    model_config: ModelConfig
+
+    def __init__(self, config: EngineConfig, weights_from: "LLMEngine | None" = None) -> None:
+        """``weights_from``: an engine of the same model, dtype and device whose loaded weights this one uses."""
         if not config.model:
             raise ValueError("EngineConfig.model is empty: give the model's directory")
+        if weights_from is not None:
+            theirs = weights_from.config
+            if (theirs.model, theirs.torch_dtype, theirs.device) != (config.model, config.torch_dtype, config.device):
+                raise ValueError(f"weights_from holds {theirs.model} ({theirs.dtype} on {theirs.device}); this "
+                                 f"engine wants {config.model} ({config.dtype} on {config.device})")
         self.config = config
         if config.device == "cpu":
             keep_freed_memory()  # each step's big temporaries reuse pages instead of faulting them in again
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.model, self.model_config = load_model(config.model, dtype=config.torch_dtype, device=config.device)
-        prepack_linears(self.model)  # CPU bf16/fp32; re-packs itself after weight updates
+        if weights_from is not None:
+            self.model, self.model_config = weights_from.model, weights_from.model_config
+        else:
+            self.model, self.model_config = load_model(config.model, dtype=config.torch_dtype, device=config.device)
+            prepack_linears(self.model)  # CPU bf16/fp32; re-packs itself after weight updates
         if config.device == "cpu":  # build the C kernels now (cached per CPU), never inside a timed first step
             attn_kernel.kernel_available()
             rms_norm.kernel_available()
@@ -183,6 +202,13 @@ class LLMEngine:
         if self.scheduler.has_unfinished:
             raise RuntimeError("update_weights while requests are running would mix weight versions")
         load_weights(self.model, source)
+        return self.weights_changed(version)
+
+    def weights_changed(self, version: int | None = None) -> int:
+        """The weights this engine uses changed (another engine sharing them loaded new ones): cached KV of the
+        old weights is dropped and the version moves on."""
+        if self.scheduler.has_unfinished:
+            raise RuntimeError("weights changed while requests are running would mix weight versions")
         self.block_manager.reset_prefix_cache()
         self.weight_version = self.weight_version + 1 if version is None else version
         return self.weight_version

@@ -100,6 +100,32 @@ def test_export_import_continues_exactly(tiny_llama):
     assert a.kv_bytes_moved == exp.kv_bytes == b.kv_bytes_moved > 0
 
 
+def test_engines_sharing_weights_run_interleaved_and_change_weights_together(tiny_llama):
+    prompts = [[i + 3] * 9 for i in range(3)]
+    want = run_greedy(engine(tiny_llama), prompts, max_tokens=12)
+    a = engine(tiny_llama)
+    b = LLMEngine(EngineConfig(model=str(tiny_llama), dtype="float32", block_size=4, num_kv_blocks=256,
+                               max_num_batched_tokens=64), weights_from=a)
+    assert b.model is a.model
+    ra = [a.add_request(p, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)) for p in prompts]
+    rb = [b.add_request(p, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)) for p in prompts]
+    while a.has_unfinished() or b.has_unfinished():  # turns, as in-process instances take them
+        a.step()
+        b.step()
+    assert [r.output_token_ids for r in ra] == want == [r.output_token_ids for r in rb]
+    b.add_request(prompts[0], SamplingParams(max_tokens=4))
+    with pytest.raises(RuntimeError, match="running"):
+        b.weights_changed()
+    b.run_until_done()
+    assert b.block_manager.find_cached_prefix(b.block_manager.prompt_keys(rb[0]))  # the prompt is cached
+    assert a.update_weights({k: v * 1.5 for k, v in a.model.state_dict().items()}) == 1
+    assert b.weights_changed(a.weight_version) == 1
+    assert not b.block_manager.find_cached_prefix(b.block_manager.prompt_keys(rb[0]))  # old weights' KV dropped
+    assert run_greedy(b, prompts, max_tokens=12) == run_greedy(a, prompts, max_tokens=12) != want
+    with pytest.raises(ValueError, match="bfloat16"):
+        LLMEngine(EngineConfig(model=str(tiny_llama), dtype="bfloat16", num_kv_blocks=16), weights_from=a)
+
+
 def test_fixed_seed_reproduces_sampling(tiny_llama):
     sp = SamplingParams(n=4, temperature=1.0, top_p=0.9, top_k=50, max_tokens=20, seed=123)
     a = LLM(tiny_llama, dtype="float32").generate([PROMPTS[0]], sp, use_tqdm=False)[0]

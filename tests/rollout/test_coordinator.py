@@ -90,6 +90,7 @@ def test_update_weights_changes_outputs_and_version(tiny, reference):
             if k.endswith("mlp.down_proj.weight"):
                 state[k] = state[k] * 1.5
         assert c.update_weights(state) == 1
+        assert all(e.model is c.backend.engines[0].model for e in c.backend.engines)  # one copy, updated once
         out = c.rollout(groups(), policy="context", progress=False)
     assert {rec["weight_version"] for rec in out.records()} == {1}
     assert out.onpolicy["instance_versions"] == [1, 1] and out.onpolicy["warnings"] == []

@@ -2,7 +2,8 @@
 
 Used by tests, trace-replay benchmarks and single-machine runs where determinism matters more than wall time:
 each instance keeps its own virtual clock (its steps' measured durations, drafting and KV movement included),
-so eight instances on one core are timed as eight accelerators would be.
+so eight instances on one core are timed as eight accelerators would be. The instances share one copy of the
+weights (they never run at once), so memory does not grow with their number.
 """
 
 from __future__ import annotations
@@ -27,14 +28,21 @@ class InProcessBackend(Backend):
     def __init__(self, model: str, config: RolloutConfig, pool: KVPool) -> None:
         super().__init__(model, config)
         self.pool = pool
-        self.engines = [LLMEngine(config.instance_engine(model).for_instance(i)) for i in range(config.instances)]
+        first = LLMEngine(config.instance_engine(model).for_instance(0))
+        self.engines = [first] + [LLMEngine(config.instance_engine(model).for_instance(i), weights_from=first)
+                                  for i in range(1, config.instances)]
 
     def weight_versions(self) -> list[int]:
         return [e.weight_version for e in self.engines]
 
     def update_weights(self, source, version: int | None = None) -> int:
-        versions = {e.update_weights(source, version) for e in self.engines}
-        return versions.pop()
+        busy = [i for i, e in enumerate(self.engines) if e.has_unfinished()]
+        if busy:
+            raise RuntimeError(f"update_weights while instances {busy} run requests would mix weight versions")
+        new = self.engines[0].update_weights(source, version)  # the one copy all instances share
+        for engine in self.engines[1:]:
+            engine.weights_changed(new)
+        return new
 
     def set_pool(self, pool: KVPool) -> None:
         self.pool = pool
