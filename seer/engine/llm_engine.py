@@ -199,16 +199,18 @@ class LLMEngine:
     # ------------------------------------------------------------------ weights
     def update_weights(self, source: str | Path | dict, version: int | None = None) -> int:
         """Load new weights (directory or state dict); cached KV of old weights is dropped."""
-        if self.scheduler.has_unfinished:
-            raise RuntimeError("update_weights while requests are running would mix weight versions")
+        self._require_idle("update_weights")
         load_weights(self.model, source)
         return self.weights_changed(version)
 
     def weights_changed(self, version: int | None = None) -> int:
         """The weights this engine uses changed (another engine sharing them loaded new ones): cached KV of the
         old weights is dropped and the version moves on."""
-        if self.scheduler.has_unfinished:
-            raise RuntimeError("weights changed while requests are running would mix weight versions")
+        self._require_idle("weights changed")
         self.block_manager.reset_prefix_cache()
         self.weight_version = self.weight_version + 1 if version is None else version
         return self.weight_version
+
+    def _require_idle(self, action: str) -> None:
+        if self.scheduler.has_unfinished:
+            raise RuntimeError(f"{action} while requests are running would mix weight versions")

@@ -29,10 +29,10 @@ def hf_greedy(model, prompt, max_new, eos):
     return gen[:gen.index(eos) + 1] if eos in gen else gen
 
 
-def engine(path, **kw) -> LLMEngine:
+def engine(path, weights_from=None, **kw) -> LLMEngine:
     cfg = dict(model=str(path), dtype="float32", block_size=4, num_kv_blocks=256, max_num_batched_tokens=64)
     cfg.update(kw)
-    return LLMEngine(EngineConfig(**cfg))
+    return LLMEngine(EngineConfig(**cfg), weights_from=weights_from)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
@@ -104,8 +104,7 @@ def test_engines_sharing_weights_run_interleaved_and_change_weights_together(tin
     prompts = [[i + 3] * 9 for i in range(3)]
     want = run_greedy(engine(tiny_llama), prompts, max_tokens=12)
     a = engine(tiny_llama)
-    b = LLMEngine(EngineConfig(model=str(tiny_llama), dtype="float32", block_size=4, num_kv_blocks=256,
-                               max_num_batched_tokens=64), weights_from=a)
+    b = engine(tiny_llama, weights_from=a)
     assert b.model is a.model
     ra = [a.add_request(p, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)) for p in prompts]
     rb = [b.add_request(p, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)) for p in prompts]
@@ -123,7 +122,7 @@ def test_engines_sharing_weights_run_interleaved_and_change_weights_together(tin
     assert not b.block_manager.find_cached_prefix(b.block_manager.prompt_keys(rb[0]))  # old weights' KV dropped
     assert run_greedy(b, prompts, max_tokens=12) == run_greedy(a, prompts, max_tokens=12) != want
     with pytest.raises(ValueError, match="bfloat16"):
-        LLMEngine(EngineConfig(model=str(tiny_llama), dtype="bfloat16", num_kv_blocks=16), weights_from=a)
+        engine(tiny_llama, weights_from=a, dtype="bfloat16", num_kv_blocks=16)
 
 
 def test_fixed_seed_reproduces_sampling(tiny_llama):
