@@ -43,6 +43,7 @@ from seer.rollout.types import (
     DriverCounters,
     FaultPlan,
     GroupInput,
+    InstanceState,
     KVSource,
     RequestState,
     ResponseResult,
@@ -188,26 +189,36 @@ class RolloutDriver:
     def _dispatch(self) -> None:
         if not self.policy.divided:
             return
-        self._clear_reserved()
-        while True:
-            states = [self.instances[i].state() for i in sorted(self.alive)]
-            placed = self.buffer.select(states)
+        states = self._clear_reserved()
+        while self.buffer.num_buffered:  # with nothing buffered, select and _make_room have nothing to place
+            placed = self.buffer.select(states if states is not None else self._states())
             for a in placed:
                 if a.instance_id in self.alive:  # an earlier launch of this round may have found it dead
                     self._launch(a)
             if not self._make_room():  # the next request in order fits nowhere: evict paused KV for it
                 return
+            states = None
 
-    def _clear_reserved(self) -> None:
+    def _states(self) -> list[InstanceState]:
+        return [self.instances[i].state() for i in sorted(self.alive)]
+
+    def _clear_reserved(self) -> list[InstanceState] | None:
         """Critical-path placement: refresh the critical set and move other requests' paused KV off the
-        instances reserved for it (requests still running there leave theirs when their chunk ends)."""
+        instances reserved for it (requests still running there leave theirs when their chunk ends). Returns
+        the live instances' states as they are after that, for the round's first placements (None without
+        critical-path placement)."""
         if self.buffer.critical is None:
-            return
-        self.buffer.update_critical([self.instances[i].state() for i in sorted(self.alive)])
+            return None
+        states = self._states()
+        self.buffer.update_critical(states)
+        moved = False
         for iid, keep in list(self.buffer.critical.request_on.items()):
             for rid in self._evictable(iid):
-                if rid != keep and not self._evict(iid, rid):
-                    break  # the instance is gone: the next round sees that
+                if rid != keep:
+                    moved = True
+                    if not self._evict(iid, rid):
+                        break  # the instance is gone: the next round sees that
+        return self._states() if moved else states
 
     def _make_room(self) -> bool:
         """Evict resident KV of waiting requests so the next request in order fits somewhere."""
@@ -218,13 +229,15 @@ class RolloutDriver:
         chunk = head.chunk_max_tokens(self.buffer.chunk_tokens)
         best = None
         for iid in sorted(self.alive):
+            victims = [r for r in self._evictable(iid) if r != head.request_id]
+            if not victims or not self._may_host(iid, head.request_id):
+                continue
             inst = self.instances[iid]
             st = inst.state()
-            if not st.has_slot or not self._may_host(iid, head.request_id):
+            if not st.has_slot:
                 continue
             need = chunk_blocks_needed(head, st, chunk)
-            victims = [r for r in self._evictable(iid) if r != head.request_id]
-            if not victims or st.free_blocks + sum(inst.resident_blocks(r) for r in victims) < need:
+            if st.free_blocks + sum(inst.resident_blocks(r) for r in victims) < need:
                 continue
             if best is None or st.free_blocks > best[1]:
                 best = (iid, st.free_blocks, need, victims)

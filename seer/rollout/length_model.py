@@ -18,6 +18,7 @@ responses had finished and 0.37 at 10% (EM: 0.29, 0.41); on kimi-k2 (true sd 0.2
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -50,18 +51,47 @@ def censored_mu(xs: Sequence[float], cs: Sequence[float], sigma: float, start: f
     """Maximum-likelihood mean of log length given observations ``xs`` and right-censored values ``cs``. Newton
     on the score sum(x - mu) + sigma * sum(lambda((c - mu) / sigma)), which falls monotonically in mu, inside a
     bracket; ``start`` (a previous estimate) makes it converge in a step or two."""
-    if not xs:
+    return _weighted_mu(Counted.of(xs, ones=True), Counted.of(cs, ones=True), sigma, start)
+
+
+@dataclass(frozen=True)
+class Counted:
+    """Values with multiplicities. A rollout's lengths repeat (integers, chunk ends), so the population fit
+    evaluates each distinct value once, weighted by its count, instead of once per response."""
+
+    values: list[float]
+    counts: list[int]
+
+    @classmethod
+    def of(cls, values: Iterable[float], ones: bool = False) -> Counted:
+        """``values`` as they are (``ones``: every count 1, the arithmetic of an unweighted sum) or merged."""
+        if ones:
+            vs = list(values)
+            return cls(vs, [1] * len(vs))
+        merged = Counter(values)
+        return cls(list(merged), list(merged.values()))
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+
+def _weighted_mu(xs: Counted, cs: Counted, sigma: float, start: float | None) -> float:
+    """``censored_mu`` over counted values."""
+    if not xs.values:
         raise ValueError("no finished sibling to estimate from")
-    if not cs:
-        return sum(xs) / len(xs)
-    lo, hi = min(xs) - 1.0, max([*xs, *cs]) + 8.0 * sigma + 1.0
-    mu = start if start is not None and lo < start < hi else sum(xs) / len(xs)
+    n, sx = float(xs.total), sum(w * x for x, w in zip(xs.values, xs.counts))
+    if not cs.values:
+        return sx / n
+    lo, hi = min(xs.values) - 1.0, max([*xs.values, *cs.values]) + 8.0 * sigma + 1.0
+    mu = start if start is not None and lo < start < hi else sx / n
+    censored = list(zip(cs.values, cs.counts))
     for _ in range(50):
-        score, slope = sum(xs) - len(xs) * mu, -float(len(xs))
-        for c in cs:
+        score, slope = sx - n * mu, -n
+        for c, w in censored:
             lam, dlam = _mills((c - mu) / sigma)
-            score += sigma * lam
-            slope -= dlam
+            score += w * (sigma * lam)
+            slope -= w * dlam
         if score > 0:
             lo = mu
         else:
@@ -93,20 +123,27 @@ def censored_spread(groups: Iterable[tuple[Sequence[float], Sequence[float]]], s
     point they would add s^2 to the total and one to the count, which changes nothing. ``iterations`` EM steps
     start from ``sigma`` (the previous estimate: called as data arrives, the iteration continues across calls).
     The estimate is at least MIN_SPREAD; (sigma, 0) when there is nothing to estimate from."""
-    data = [(list(xs), list(cs)) for xs, cs in groups if xs]
+    return _weighted_spread([(Counted.of(xs, ones=True), Counted.of(cs, ones=True)) for xs, cs in groups],
+                            sigma, base_ss, base_dof, iterations)
+
+
+def _weighted_spread(groups: Sequence[tuple[Counted, Counted]], sigma: float, base_ss: float = 0.0,
+                     base_dof: int = 0, iterations: int = 4) -> tuple[float, int]:
+    """``censored_spread`` over counted values."""
+    data = [(xs, cs) for xs, cs in groups if xs.values]
     mus: list[float | None] = [None] * len(data)
     s, dof = sigma, base_dof
     for _ in range(iterations):
         ss, dof = base_ss, base_dof
         for k, (xs, cs) in enumerate(data):
-            mu = mus[k] = censored_mu(xs, cs, s, mus[k])
-            ss += sum((x - mu) ** 2 for x in xs)
-            n = len(xs)
-            for c in cs:
+            mu = mus[k] = _weighted_mu(xs, cs, s, mus[k])
+            ss += sum(w * (x - mu) ** 2 for x, w in zip(xs.values, xs.counts))
+            n = xs.total
+            for c, w in zip(cs.values, cs.counts):
                 a = (c - mu) / s
                 if a >= UNINFORMATIVE_Z:
-                    ss += s * s * (1.0 + a * _mills(a)[0])
-                    n += 1
+                    ss += w * (s * s * (1.0 + a * _mills(a)[0]))
+                    n += w
             dof += n - 1
         if dof <= 0:
             return sigma, 0
@@ -184,8 +221,9 @@ class PopulationLength:
             return None
         mean = sum(xs) / len(xs)
         start = max(math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)), MIN_SPREAD)
-        sigma, _ = censored_spread([(xs, cs)], start, iterations=20)
-        return cls(censored_mu(xs, cs, sigma, mean), sigma)
+        seen, running = Counted.of(xs), Counted.of(cs)
+        sigma, _ = _weighted_spread([(seen, running)], start, iterations=20)
+        return cls(_weighted_mu(seen, running, sigma, mean), sigma)
 
     def mean_remaining(self, generated: int, cap: int) -> float:
         """E[min(L, cap) - generated | L > generated] under the population's distribution."""

@@ -102,6 +102,8 @@ class SimBackend(Backend):
 
             def checked(d: RolloutDriver) -> None:
                 d.buffer.check_integrity()
+                for iid in d.alive:
+                    d.instances[iid].check_integrity()  # type: ignore[attr-defined]
                 if progress is not None:
                     progress(d)
             driver.on_progress = checked

@@ -86,21 +86,33 @@ class CostModel:
             self._comm_s_per_token = volume / acc.link_bandwidth
         self._fixed_s = c.step_overhead_s
         self._per_seq_s = c.per_seq_overhead_s
+        # weight bytes by token count: an MoE's expert-hit formula is a pow, and the draft budget prices a
+        # step at every candidate token count (millions of times in a large simulation) over few distinct counts
+        self._weights: dict[float, float] = {}
 
     # ------------------------------------------------------------------ pricing
     def components(self, s: StepSummary) -> tuple[float, float, float]:
         """(compute seconds, memory seconds, communication seconds) of one step, overheads excluded."""
-        m = self.instance.model
-        flops = self._flops_per_token * s.num_tokens + self._attn_flops * s.attn_pairs
-        weights = m.weight_bytes_read(s.num_tokens) / self.instance.gpus
-        kv = self._kv_bytes_gpu * (s.context_tokens + s.num_tokens)
-        return flops / self._flops_rate, (weights + kv) / self._mem_rate, self._comm_s_per_token * s.num_tokens
+        return self._components(s.num_tokens, s.context_tokens, s.attn_pairs)
+
+    def _components(self, num_tokens: float, context_tokens: float, attn_pairs: float) -> tuple[float, float, float]:
+        flops = self._flops_per_token * num_tokens + self._attn_flops * attn_pairs
+        weights = self._weights.get(num_tokens)
+        if weights is None:
+            weights = self._weights[num_tokens] = self.instance.model.weight_bytes_read(num_tokens) / self.instance.gpus
+        kv = self._kv_bytes_gpu * (context_tokens + num_tokens)
+        return flops / self._flops_rate, (weights + kv) / self._mem_rate, self._comm_s_per_token * num_tokens
 
     def step_time(self, s: StepSummary) -> float:
-        if s.num_seqs <= 0:
+        return self.decode_time(s.num_seqs, s.num_tokens, s.context_tokens, s.attn_pairs)
+
+    def decode_time(self, num_seqs: int, num_tokens: float, context_tokens: float, attn_pairs: float) -> float:
+        """``step_time`` of the step these four numbers summarise, without building its ``StepSummary`` (the
+        draft budget prices candidate steps in its inner loop)."""
+        if num_seqs <= 0:
             return 0.0
-        compute, memory, comm = self.components(s)
-        return max(compute, memory) + comm + self._fixed_s + self._per_seq_s * s.num_seqs
+        compute, memory, comm = self._components(num_tokens, context_tokens, attn_pairs)
+        return max(compute, memory) + comm + self._fixed_s + self._per_seq_s * num_seqs
 
     @staticmethod
     def summarize(out: SchedulerOutput, quantum: int = 1) -> StepSummary:

@@ -16,7 +16,7 @@ from typing import Any
 
 from seer.engine.scheduler import SchedulerOutput
 from seer.rollout.step_cost import LinearStepCost
-from seer.sim.cost_model import CostModel, StepSummary
+from seer.sim.cost_model import CostModel
 from seer.sim.hardware import InstanceSpec, get_accelerator, get_model
 
 
@@ -65,8 +65,8 @@ class FittedCost(CostModel):
         super().__init__(instance or InstanceSpec(get_accelerator("cpu-2core"), get_model("smollm2-135m"), 1))
         self.prices = prices
 
-    def step_time(self, s: StepSummary) -> float:
-        return self.prices.step.step_time(s.num_seqs, s.num_tokens, s.attn_pairs) if s.num_seqs > 0 else 0.0
+    def decode_time(self, num_seqs: int, num_tokens: float, context_tokens: float, attn_pairs: float) -> float:
+        return self.prices.step.step_time(num_seqs, num_tokens, attn_pairs) if num_seqs > 0 else 0.0
 
     def price(self, out: SchedulerOutput, quantum: int = 1) -> float:
         """The step as the fit measured steps: a chunk of ``n`` tokens from ``start`` attends to

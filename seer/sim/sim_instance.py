@@ -206,7 +206,7 @@ class SimInstance(ScheduledInstance):
     # ------------------------------------------------------------------ checks
     def check_integrity(self) -> None:
         """The scheduler and block manager are consistent and KV use never exceeds the instance's capacity."""
-        self.scheduler.check_integrity()
+        super().check_integrity()
         bm = self.scheduler.block_manager
         assert 0 <= bm.num_free_blocks <= bm.num_blocks, "KV blocks in use exceed the instance's capacity"
         held = {b for r in self.scheduler.requests.values() for b in r.block_ids}

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from seer.engine.request import Request
-from seer.sim.cost_model import CostModel, StepSummary
+from seer.sim.cost_model import CostModel
 from seer.spec.budget import DraftClass, StepPrice
 
 
@@ -59,10 +59,11 @@ def roofline_price(cost: CostModel, quantum: int, base_seqs: int, base_context: 
     """The step price of ``plan_budget`` for a decode step of ``base_seqs`` requests over ``base_context``
     simulated context tokens (one simulated token stands for ``quantum`` real ones)."""
     ctx_real = base_context * quantum
+    step_time = cost.decode_time
 
     def price(tokens: int, context: float, drafting: int) -> float:
-        step = StepSummary(base_seqs, float(base_seqs + tokens), ctx_real, ctx_real + context * quantum)
-        return cost.step_time(step) + draft_cost_s * tokens
+        return step_time(base_seqs, float(base_seqs + tokens), ctx_real, ctx_real + context * quantum) \
+            + draft_cost_s * tokens
 
     return price
 

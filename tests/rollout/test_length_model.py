@@ -107,3 +107,19 @@ def test_population_fit_counts_the_unfinished_as_censored() -> None:
     # a request far beyond every finished response is expected to need far more than a typical one
     assert with_long.mean_remaining(600, 4000) > with_long.mean_remaining(50, 4000)
     assert with_long.mean_remaining(600, 610) <= 10
+
+
+def test_population_fit_merges_repeated_lengths_without_changing_the_estimate() -> None:
+    """The population fit weights each distinct length by its count; it must equal the EM over every response."""
+    rng = random.Random(3)
+    groups = [_group(g, [rng.choice([64, 96, 128, 300]) for _ in range(6)],
+                     [rng.choice([32, 64, 96, 128]) for _ in range(2)]) for g in range(20)]
+    fit = PopulationLength.fit(groups)
+    assert fit is not None
+    xs = [math.log(n) for g in groups for n in g.finished_lengths]
+    cs = [math.log(r.generated) for g in groups for r in g.requests if not r.finished]
+    mean = sum(xs) / len(xs)
+    start = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    sigma, _ = censored_spread([(xs, cs)], start, iterations=20)
+    assert fit.sigma == pytest.approx(sigma, rel=1e-12)
+    assert fit.mu == pytest.approx(censored_mu(xs, cs, sigma, mean), rel=1e-12)

@@ -57,10 +57,14 @@ class ScheduledInstance(Instance):
         self._pending_kv_s = 0.0                 # KV moved since the last step, charged to the next one
         self._defer = False                      # virtual time: a step's outcome shows at its end
         self._hidden = (0, 0)                    # (KV blocks freed, requests ended) by the step in flight
+        self._version = 0                        # bumped by every method that changes what state() reports
+        self._state_at: tuple[int, ...] = ()     # ... and the (version, counts) its cached numbers were read at
+        self._state_free = self._state_running = 0
         self.begin_rollout()
 
     def begin_rollout(self) -> None:
         """Counters restart: an engine, and a remote instance, outlive rollouts, and stats are per rollout."""
+        self._version += 1
         self.counters = {"kv_bytes_loaded": 0, "kv_bytes_saved": 0, "chunks": 0}
         self._base = dataclasses.replace(self.scheduler.stats)
         self._preempt_seen = self.scheduler.stats.preemptions
@@ -104,15 +108,39 @@ class ScheduledInstance(Instance):
 
     # ------------------------------------------------------------------ Instance
     def state(self) -> InstanceState:
-        bm = self.scheduler.block_manager
+        """Free KV blocks (less what waiting requests will take and what the step in flight freed but has not
+        yet shown) and requests held. Cached between changes: a dispatch round asks every instance, and in a
+        large simulation most have not changed since the last round. The cache key adds the scheduler's counts
+        to this instance's version, so a change made around its methods is seen too."""
+        sched = self.scheduler
+        bm = sched.block_manager
+        at = self._state_key()
+        if at != self._state_at:
+            self._state_free, self._state_running = self._count_state()
+            self._state_at = at
+        return InstanceState(self.instance_id, self._state_free, bm.block_size, running=self._state_running,
+                             max_running=sched.config.max_num_seqs, total_blocks=bm.num_blocks)
+
+    def _state_key(self) -> tuple[int, ...]:
+        sched = self.scheduler
+        return self._version, len(sched.waiting), len(sched.running), sched.block_manager.num_free_blocks
+
+    def _count_state(self) -> tuple[int, int]:
+        """(free blocks, requests held) as ``state`` reports them, counted afresh."""
+        sched = self.scheduler
+        bm = sched.block_manager
         pending = 0
-        for req in self.scheduler.waiting:
+        for req in sched.waiting:
             want = max(req.reserve_tokens, req.num_tokens)
             pending += max(0, bm.blocks_needed(want) - len(req.block_ids))
         freed, ended = self._hidden
-        return InstanceState(self.instance_id, max(0, bm.num_free_blocks - freed - pending), bm.block_size,
-                             running=len(self.scheduler.running) + len(self.scheduler.waiting) + ended,
-                             max_running=self.scheduler.config.max_num_seqs, total_blocks=bm.num_blocks)
+        return max(0, bm.num_free_blocks - freed - pending), len(sched.running) + len(sched.waiting) + ended
+
+    def check_integrity(self) -> None:
+        """The scheduler is consistent, and a cached ``state`` still current equals a fresh count."""
+        self.scheduler.check_integrity()
+        if self._state_at == self._state_key():
+            assert (self._state_free, self._state_running) == self._count_state(), "stale cached instance state"
 
     def _new_request(self, chunk: ChunkStart) -> Request:
         spec = chunk.spec
@@ -126,6 +154,7 @@ class ScheduledInstance(Instance):
         return req
 
     def start(self, chunk: ChunkStart) -> None:
+        self._version += 1
         rid = str(chunk.spec.request_id)
         reserve = (len(chunk.spec.prompt_token_ids) + chunk.chunk_end) if chunk.reserve else 0
         if chunk.kv_source is KVSource.LOCAL:
@@ -172,6 +201,7 @@ class ScheduledInstance(Instance):
             self.speculator.hold = True
 
     def step_ended(self) -> None:
+        self._version += 1
         self._hidden = (0, 0)
         if isinstance(self.speculator, Speculator):
             self.speculator.publish()
@@ -180,6 +210,7 @@ class ScheduledInstance(Instance):
         return self.scheduler.has_unfinished or self._pending_kv_s > 0
 
     def step(self) -> StepReport:
+        self._version += 1
         st = run_step(self.scheduler, self.execute, self.speculator)
         if self._defer:
             self._hidden = (st.freed_blocks, len(st.finished))
@@ -221,6 +252,7 @@ class ScheduledInstance(Instance):
         return nbytes
 
     def release(self, request_id: int) -> None:
+        self._version += 1
         self.scheduler.abort(str(request_id))
         if self.speculator is not None:
             self.speculator.forget(str(request_id))
