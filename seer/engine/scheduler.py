@@ -16,7 +16,7 @@ drives this class unchanged with a cost model instead of a model.
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from seer.engine.block_manager import BlockKey, BlockManager
 from seer.engine.decode_reserve import DecodeReserve, DecodeReserveConfig
@@ -48,6 +48,7 @@ class ScheduledChunk:
     num_new_tokens: int   # tokens computed this step, draft tokens included
     num_spec_tokens: int  # how many of them are draft tokens (at the end)
     samples: bool         # the chunk reaches the request's last real token, so the model emits tokens
+    shared_tokens: int = 0  # context tokens in KV blocks an earlier chunk of the step reads too (a sibling's)
 
 
 @dataclass
@@ -195,7 +196,31 @@ class Scheduler:
 
         if not preempted:
             budget = self._admit_waiting(budget, chunks, pending_keys)
-        return SchedulerOutput(chunks=chunks, preempted_ids=preempted, step=self.stats.steps)
+        return SchedulerOutput(chunks=self._mark_shared(chunks), preempted_ids=preempted, step=self.stats.steps)
+
+    def _mark_shared(self, chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
+        """Each chunk with the context tokens it reads from blocks an earlier chunk of the step also reads: the
+        leading blocks it has in common with the first chunk that starts from the same block (siblings share
+        their prompt's blocks). The attention kernel reads such blocks from cache, not memory, so a step of
+        siblings costs less than one of strangers at the same contexts, and a step-cost fit must see it."""
+        bs = self.block_manager.block_size
+        leaders: dict[int, tuple[list[int], int]] = {}
+        out = []
+        for c in chunks:
+            blocks = c.start // bs
+            ids = self.requests[c.request_id].block_ids
+            if blocks == 0 or not ids:
+                out.append(c)
+                continue
+            lead = leaders.setdefault(ids[0], (ids, blocks))
+            if lead[0] is ids:
+                out.append(c)
+                continue
+            k, top = 0, min(blocks, lead[1])
+            while k < top and ids[k] == lead[0][k]:
+                k += 1
+            out.append(replace(c, shared_tokens=k * bs) if k else c)
+        return out
 
     def _admit_waiting(self, budget: int, chunks: list[ScheduledChunk], pending_keys: set[BlockKey]) -> int:
         skipped: list[Request] = []

@@ -70,14 +70,15 @@ class FittedCost(CostModel):
 
     def price(self, out: SchedulerOutput, quantum: int = 1) -> float:
         """The step as the fit measured steps: a chunk of ``n`` tokens from ``start`` attends to
-        ``n * (start + (n + 1) / 2)`` positions."""
+        ``n * (start + (n + 1) / 2)`` positions, ``n * shared_tokens`` of them in blocks a sibling reads too."""
         if quantum != 1:
             raise ValueError("engine prices replay real tokens (token quantum 1)")
         if not out.chunks:
             return 0.0
         tokens = sum(c.num_new_tokens for c in out.chunks)
         pairs = sum(c.num_new_tokens * (c.start + (c.num_new_tokens + 1) / 2) for c in out.chunks)
-        return self.prices.step.step_time(len(out.chunks), tokens, pairs)
+        shared = sum(c.num_new_tokens * c.shared_tokens for c in out.chunks)
+        return self.prices.step.step_time(len(out.chunks), tokens, pairs, shared)
 
     def transfer_time(self, nbytes: float) -> float:
         return nbytes * self.prices.kv_s_per_byte if nbytes > 0 else 0.0

@@ -6,7 +6,7 @@ from seer.engine.block_manager import BlockManager
 from seer.engine.request import Request
 from seer.engine.scheduler import RequestRejected, Scheduler, SchedulerConfig
 from seer.sampling_params import SamplingParams
-from tests.engine.fake_model import VOCAB, reference, run
+from tests.engine.fake_model import VOCAB, fake_execute, reference, run
 
 
 def make(num_blocks=64, block_size=4, **kw) -> Scheduler:
@@ -66,6 +66,20 @@ def test_group_prefills_prompt_once():
     assert len(done) == 8 and all(v == reference(prompt, 5) for v in done.values())
     # first sibling computes 21 tokens; the other 7 only the last partial block (1 token)
     assert s.stats.prompt_tokens_computed == 21 + 7 * 1
+
+
+def test_siblings_decoding_together_mark_their_shared_prompt_blocks():
+    s = make(num_blocks=128, block_size=4, max_num_batched_tokens=512)
+    prompt = list(range(1, 22))  # 5 full blocks the siblings share
+    for i in range(3):
+        s.add_request(req(f"g{i}", prompt, 6, group="g"))
+    s.add_request(req("other", list(range(30, 51)), 6))
+    s.update_from_output(out := s.schedule(), fake_execute(out, s.requests))  # prefill
+    decode = s.schedule()
+    shared = {c.request_id: c.shared_tokens for c in decode.chunks}
+    # the first sibling reads the prompt alone; the later two find its 5 blocks (20 tokens) already read
+    assert shared == {"g0": 0, "g1": 20, "g2": 20, "other": 0}
+    assert all(c.shared_tokens <= c.start for c in decode.chunks)
 
 
 def test_speculative_drafts_are_verified():

@@ -85,6 +85,29 @@ def test_a_chunk_attends_to_its_context_and_itself():
     assert (shape.seqs, shape.tokens, shape.pairs) == (2, 5, 11 + 10)
 
 
+def test_fit_prices_shared_pairs_apart_from_private_ones():
+    truth = LinearStepCost(0.004, 0.001, 0.0005, 2e-7, per_shared_pair_s=0.5e-7)
+    rng = random.Random(1)
+    steps = []
+    for _ in range(200):
+        seqs, ctx = rng.randint(1, 32), rng.randint(50, 1500)
+        pairs = seqs * ctx
+        shared = rng.choice([0.0, 0.5, 0.8]) * pairs * (seqs - 1) / seqs  # the first sibling reads its own
+        steps.append(StepShape(seqs, seqs, pairs, truth.step_time(seqs, seqs, pairs, shared), shared))
+    fit = LinearStepCost.fit(steps)
+    assert fit.per_pair_s == pytest.approx(2e-7, rel=1e-6)
+    assert fit.per_shared_pair_s == pytest.approx(0.5e-7, rel=1e-6)
+    assert lower_envelope(steps).per_shared_pair_s == pytest.approx(0.5e-7, rel=1e-3)
+    # without sharing data the shared price is the pair price (reports recorded before the split)
+    assert LinearStepCost.fit(_steps(50)).per_shared_pair_s is None
+    assert TRUE.step_time(4, 4, 4000, 3000) == TRUE.step_time(4, 4, 4000)
+
+
+def test_a_trace_with_shared_tokens_counts_shared_pairs():
+    shape = StepShape.from_trace([(1, 20, 1, 0, 0), (2, 20, 3, 2, 16)], 0.1)
+    assert shape.shared_pairs == 3 * 16 and shape.pairs == 21 + 3 * 22
+
+
 def test_measured_steps_take_drafting_and_kv_out_and_skip_empty_steps():
     decisions = {0: [[(1, 5, 1, 0)], [], [(1, 6, 3, 2)]]}
     busy = {0: [(0.0, 1.0), (1.0, 1.5), (2.0, 2.5)]}

@@ -74,8 +74,10 @@ def test_sim_instance_steps_exactly_like_a_bare_scheduler() -> None:
         results = {c.request_id: StepResult([sched.requests[c.request_id].forced_token_ids[
             sched.requests[c.request_id].num_output_tokens]], [0.0]) for c in out.chunks if c.samples}
         sched.update_from_output(out, results)
-        trace.append(tuple((int(c.request_id), c.start, c.num_new_tokens, c.num_spec_tokens) for c in out.chunks))
-    assert [tuple((int(r), s, n, k) for r, s, n, k in step) for step in run.result.decisions[0]] == trace
+        trace.append(tuple((int(c.request_id), c.start, c.num_new_tokens, c.num_spec_tokens, c.shared_tokens)
+                           for c in out.chunks))
+    assert [tuple((int(r), s, n, k, h) for r, s, n, k, h in step) for step in run.result.decisions[0]] == trace
+    assert any(c[4] > 0 for step in trace for c in step)  # siblings decoding together read shared prompt blocks
 
 
 def test_build_from_a_given_scheduler_and_cost_model() -> None:

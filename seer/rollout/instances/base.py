@@ -78,7 +78,7 @@ class StepReport:
     num_running: int = 0
     preemptions: int = 0
     stalled: bool = False               # work queued but nothing could be scheduled (KV held by paused requests)
-    trace: tuple = ()                   # (request_id, start, num_new_tokens, num_spec) per chunk: decision log
+    trace: tuple = ()  # (request_id, start, num_new_tokens, num_spec, shared_tokens) per chunk: decision log
     new_tokens: list[tuple[int, list[int]]] = field(default_factory=list)  # committed this step, per request
     draft_s: float = 0.0
     kv_s: float = 0.0

@@ -223,7 +223,7 @@ class ScheduledInstance(Instance):
         kv, self._pending_kv_s = self._pending_kv_s, 0.0
         preempt = self.scheduler.stats.preemptions - self._preempt_seen
         self._preempt_seen = self.scheduler.stats.preemptions
-        trace = tuple((c.request_id, c.start, c.num_new_tokens, c.num_spec_tokens) for c in out.chunks)
+        trace = tuple((c.request_id, c.start, c.num_new_tokens, c.num_spec_tokens, c.shared_tokens) for c in out.chunks)
         new = [(int(rid), r.output_token_ids[st.tokens_before[rid]:]) for rid, r in st.scheduled.items()
                if r.num_output_tokens > st.tokens_before[rid]]
         return StepReport(compute + draft + kv, [self._event(r) for r in st.finished], out.num_batched_tokens,
