@@ -186,9 +186,12 @@ class ModelRunner:
             layers.append(torch.stack([kf[slots], vf[slots]]))
         return torch.stack(layers)
 
-    def write_kv(self, req: Request, kv: torch.Tensor) -> None:
+    def write_kv(self, req: Request, kv: torch.Tensor, start: int = 0) -> None:
+        """Write ``kv`` ([layers, 2, tokens, kv_heads, head_dim]) at positions ``start`` onwards."""
         num_tokens = kv.shape[2]
-        slots = torch.tensor([self._slot(req, p) for p in range(num_tokens)], device=self.device)
+        if num_tokens == 0:
+            return
+        slots = torch.tensor([self._slot(req, p) for p in range(start, start + num_tokens)], device=self.device)
         kv = kv.to(self.device, dtype=self.kv_caches[0][0].dtype)
         for layer, (k, v) in enumerate(self.kv_caches):
             k.view(-1, *k.shape[2:])[slots] = kv[layer, 0]

@@ -195,7 +195,7 @@ class SimInstance(ScheduledInstance):
         tokens = self.pool.pop(request_id)
         if tokens <= 0:
             return 0, "pool_miss"
-        nbytes = int(self.cost.kv_bytes(tokens * self.quantum))
+        nbytes = int(self.cost.kv_bytes(max(0, tokens - req.num_computed_tokens) * self.quantum))
         self.pool.record_get(nbytes)
         self.counters["kv_bytes_loaded"] += nbytes
         return tokens, ""

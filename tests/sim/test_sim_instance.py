@@ -102,3 +102,21 @@ def test_forced_tokens_required() -> None:
     inst = SimInstance.build(0, CostModel(w.cluster.instance), max_model_len=4096)
     with pytest.raises(ValueError, match="forced_token_ids"):
         RolloutDriver(get_policy("verl"), [inst], [replace(g, forced=None)]).run()
+
+
+def test_imported_kv_reuses_the_prompt_cached_where_it_lands() -> None:
+    """Divided rollout under KV pressure moves requests through the pool; one that lands where its prompt is
+    cached attaches those blocks and loads only the rest, so fewer bytes come back than went out."""
+    w = small_workload(groups=12, kv_tokens=3000)
+
+    def moved(prefix_caching: bool) -> tuple[int, int]:
+        engine = replace(verl_rollout_engine(), enable_prefix_caching=prefix_caching)
+        run = run_policy(w, "divided", config=SimConfig(quantum=1, chunk_tokens=32, check=True, engine=engine))
+        assert run.result.metrics.num_responses == w.num_requests and run.result.metrics.preemptions == 0
+        stats = run.result.stats["instances"].values()
+        return sum(s["kv_bytes_saved"] for s in stats), sum(s["kv_bytes_loaded"] for s in stats)
+
+    saved, loaded = moved(True)
+    assert 0 < loaded < saved
+    saved, loaded = moved(False)  # nothing cached to attach: every byte saved comes back
+    assert 0 < loaded == saved

@@ -72,8 +72,9 @@ class EngineInstance(ScheduledInstance):
         payload, meta = self.pool.pop(request_id)
         if meta.get("weight_version") != self.engine.weight_version:
             return 0, "weight_version"  # KV of other weights is useless: recompute
-        kv = kv_from_bytes(payload, meta)
-        self.engine.runner.write_kv(req, kv)
+        start = req.num_computed_tokens
+        kv = kv_from_bytes(payload, meta)[:, :, start:]
+        self.engine.runner.write_kv(req, kv, start)
         self.counters["kv_bytes_loaded"] += int(kv.numel() * kv.element_size())
         return int(meta["tokens"]), ""
 

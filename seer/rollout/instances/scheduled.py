@@ -82,9 +82,11 @@ class ScheduledInstance(Instance):
 
     @abc.abstractmethod
     def load_kv(self, req: Request, request_id: int) -> tuple[int, str]:
-        """Read a request's KV from the pool into its (already allocated) blocks and add the bytes read to the
-        counters. Returns the tokens covered and, when that is 0 (the request then recomputes), the reason:
-        ``pool_miss`` or ``weight_version``."""
+        """Read a request's KV from the pool into its (already allocated) blocks from position
+        ``req.num_computed_tokens`` on (the positions before it are a prompt prefix this instance has cached and
+        its siblings read: they are neither moved nor written) and add the bytes read to the counters. Returns
+        the tokens covered and, when that is 0 (the request then recomputes), the reason: ``pool_miss`` or
+        ``weight_version``."""
 
     @abc.abstractmethod
     def discard_kv(self, request_id: int) -> None:
@@ -174,7 +176,9 @@ class ScheduledInstance(Instance):
     def _import(self, req: Request, request_id: int) -> None:
         bm = self.scheduler.block_manager
         tokens = req.num_tokens - 1
-        if not bm.allocate(req, tokens):
+        cached = bm.allocate_cached_prefix(req)  # its prompt's blocks, where this instance still holds them
+        if not bm.allocate(req, tokens - cached):
+            self._unimport(req)
             self.discard_kv(request_id)
             self._fall_back(req, tokens, "no_free_blocks")
             return
@@ -182,11 +186,15 @@ class ScheduledInstance(Instance):
         covered, reason = self.load_kv(req, request_id)
         self.charge_kv(time.perf_counter() - t0, self.counters["kv_bytes_loaded"] - loaded)
         if covered <= 0:
-            bm.free(req)
+            self._unimport(req)
             self._fall_back(req, tokens, reason)
             return
-        req.num_computed_tokens = covered
+        req.num_computed_tokens = max(covered, cached)
         bm.cache_full_blocks(req)
+
+    def _unimport(self, req: Request) -> None:
+        self.scheduler.block_manager.free(req)
+        req.num_computed_tokens = 0
 
     @staticmethod
     def _fall_back(req: Request, tokens: int, reason: str) -> None:
