@@ -1,12 +1,12 @@
 """Chunk dispatch: which instance takes a buffered request's next chunk.
 
 The instance that already holds the request's KV takes it if the chunk fits there; otherwise the instance with the
-most free KV (then fewest running), the KV moving through the pool. A request without KV on an instance (its first
-chunk, or KV in the pool) starts on one of its group's prompt homes, the instances that prefilled that prompt, if it
-fits there: siblings on one instance share the prompt's cached blocks, so the same KV memory runs more sequences
-and their steps read the prompt once (an import attaches the cached prompt and loads only the rest); scattered,
-each holds a copy, and where prompts are a large share of the context that costs a memory-bound instance a third
-of its running batch (docs/design.md). A holder (of KV or of a
+most free KV (then fewest running), the KV moving through the pool. A request without KV (its first chunk) starts on
+one of its group's prompt homes, the instances that prefilled that prompt, if it fits there: siblings on one
+instance share the prompt's cached blocks, so the same KV memory runs more sequences; scattered, each holds a
+copy, and where prompts are a large share of the context that costs a memory-bound instance a third of its running
+batch (docs/design.md). KV from the pool goes where any chunk would: sent home too, it piled a long group's
+requests onto their homes in the tail while other instances idled (measured, docs/design.md). A holder (of KV or of a
 prompt) running more than ``affinity_spread`` requests beyond the least loaded live instance is overloaded: the
 least loaded instance takes the chunk if it fits there, since affinity alone lets the instances that happen to hold
 KV keep long queues while others idle. Admission is strict: a chunk goes only where its KV fits for the whole chunk
@@ -112,7 +112,7 @@ class InstancePicker:
         companion = self._companion_slot(req, chunk)
         if companion is not None:
             return companion
-        if req.kv_instance is None:  # no KV anywhere, or KV in the pool: it moves, so it may as well go home
+        if req.kv_instance is None and not req.kv_in_pool:
             home = self._home_slot(req, chunk)
             if home is not None:
                 return home

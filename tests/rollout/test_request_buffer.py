@@ -109,17 +109,6 @@ def test_siblings_start_where_their_prompt_is_cached() -> None:
     buf.check_integrity()
 
 
-def test_kv_in_the_pool_moves_to_its_prompt_home_rather_than_the_roomiest_instance() -> None:
-    buf = one_group_buffer(size=2, prompt_len=16, chunk=16)
-    run_chunk(buf, 0, 0, 16)  # request 0 prefills on instance 0 (the prompt's home); its KV goes to the pool
-    assert buf.prompt_homes == {0: [0]} and buf.requests[0].kv_in_pool
-    instances = [InstanceState(0, 40, 16), InstanceState(1, 60, 16)]
-    placed = {a.request_id: (a.instance_id, a.kv_source) for a in buf.select(instances)}
-    # the request with KV in the pool goes home: its prompt is cached there, only its own tokens move
-    assert placed[0] == (0, KVSource.POOL)
-    buf.check_integrity()
-
-
 def test_a_prompt_home_yields_when_overloaded_and_is_forgotten_when_the_group_ends() -> None:
     def place(home_running: int) -> int:
         buf = one_group_buffer(size=2, prompt_len=16, chunk=16, affinity_spread=2)
