@@ -5,11 +5,11 @@ most free KV (then fewest running), the KV moving through the pool. A request wi
 one of its group's prompt homes, the instances that prefilled that prompt, if it fits there: siblings on one
 instance share the prompt's cached blocks, so the same KV memory runs more sequences; scattered, each holds a
 copy, and where prompts are a large share of the context that costs a memory-bound instance a third of its running
-batch (docs/design.md). KV from the pool goes where any chunk would: sent home too, it piled a long group's
-requests onto their homes in the tail while other instances idled (measured, docs/design.md). A holder (of KV or of a
-prompt) running more than ``affinity_spread`` requests beyond the least loaded live instance is overloaded: the
-least loaded instance takes the chunk if it fits there, since affinity alone lets the instances that happen to hold
-KV keep long queues while others idle. Admission is strict: a chunk goes only where its KV fits for the whole chunk
+batch (docs/design.md). KV from the pool goes where any chunk would, not home: within the affinity spread a home
+would keep taking a long group's chunks in the tail while other instances idle. A holder (of KV or of a prompt)
+running more than ``affinity_spread`` requests beyond the least loaded live instance is overloaded: the least
+loaded instance takes the chunk if it fits there, since affinity alone lets the instances that happen to hold KV
+keep long queues while others idle. Admission is strict: a chunk goes only where its KV fits for the whole chunk
 (drafts stay inside the chunk, engine/speculator.py), so instances never preempt. Instances sit in heaps with lazy
 updates, so a round with k dispatches over N instances costs O(N + k log N). Torch-free.
 """

@@ -11,11 +11,10 @@ sequences computing ``N`` tokens in all, ``P`` the sum over computed tokens of t
 position), ``S`` the part of ``P`` over KV blocks an earlier sequence of the step also reads (siblings' shared
 prompt). On a CPU and at the small batches of a rollout, linear layers cost per token and attention per (token,
 context) pair; the fixed part is the weights streamed and the host's per-step work. A shared pair is cheaper:
-the kernel runs siblings back to back and finds their prompt's blocks in cache (measured on SmolLM2, one thread,
-fp32: a batch of 32 at context 600, eight siblings sharing 480 prompt tokens, took 155 ms where 32 unrelated
-sequences took 207 ms; attention alone 48 against 103 ms). Without the split, a fit over a run whose policies
-share differently (veRL keeps a group on one instance, divided rollout spreads it) overprices the one and
-underprices the other. The constants are non-negative, fitted on
+the kernel runs siblings back to back and finds their prompt's blocks in cache (benchmarks/README.md, "Siblings'
+shared KV in the step price"). Without the split, a fit over a run whose policies share differently (veRL keeps a
+group on one instance, divided rollout spreads it) overprices the one and underprices the other. The constants
+are non-negative, fitted on
 relative error (short decode steps weigh as much as long prefills) over the compute steps of every policy of
 the run, so all policies are priced by the same machine state. The fit's error is reported beside it.
 Torch-free.
