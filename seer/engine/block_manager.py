@@ -87,6 +87,13 @@ class BlockManager:
         self.prefix_hit_tokens += req.num_computed_tokens
         return req.num_computed_tokens
 
+    def detach_cached_prefix(self, req: Request, cached_tokens: int) -> None:
+        """Give back the blocks of a request that was not admitted after ``allocate_cached_prefix`` covered
+        ``cached_tokens`` of it, and uncount that hit: the next try attaches and counts the prefix again."""
+        self.prefix_hit_tokens -= cached_tokens
+        self.free(req)
+        req.num_computed_tokens = 0
+
     def num_blocks_to_allocate(self, req: Request, num_new_tokens: int) -> int:
         need = self.blocks_needed(req.num_computed_tokens + num_new_tokens)
         return max(0, need - len(req.block_ids))

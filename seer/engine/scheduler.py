@@ -245,9 +245,8 @@ class Scheduler:
                 held += self.reserve.ratio * self.reserve.future_blocks(req, slots)
                 headroom += int(held)
             if bm.num_blocks_to_allocate(req, reserve) + headroom > bm.num_free_blocks:
-                if fresh:
-                    bm.free(req)  # give back the cached prefix; its blocks stay cached for the next try
-                    req.num_computed_tokens = 0
+                if fresh:  # its prefix's blocks stay cached for the next try
+                    bm.detach_cached_prefix(req, req.num_cached_prompt_tokens)
                 break
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING

@@ -139,3 +139,23 @@ def test_chunks_pause_keep_kv_and_resume():
         else:
             break
     assert r.output_token_ids == reference(prompt, 20) and r.is_finished
+
+
+def test_prefix_hit_counts_once_when_admission_waits_for_kv():
+    """A sibling whose prompt blocks are cached but whose next block finds no free slot gives its prefix back
+    and retries each step: the hit counts at the try that admits it, not at every try."""
+    s = make(num_blocks=5, block_size=4, max_num_batched_tokens=64)
+    prompt = list(range(1, 10))  # 2 full blocks + 1 token: 3 blocks
+    s.add_request(req("a", prompt, 3))
+    s.add_request(req("c", [50, 51, 52, 53, 54], 3))  # 2 blocks: the cache is full
+    s.update_from_output(out := s.schedule(), fake_execute(out, s.requests))
+    s.add_request(b := req("b", prompt, 3))
+    waits, done = 0, set()
+    while s.has_unfinished:
+        out = s.schedule()
+        waits += b in s.waiting
+        done |= {f.request_id for f in s.update_from_output(out, fake_execute(out, s.requests))}
+        s.check_integrity()
+    assert done == {"a", "b", "c"} and waits >= 2
+    assert b.num_cached_prompt_tokens == 8
+    assert s.block_manager.prefix_hit_tokens == 8

@@ -178,7 +178,7 @@ class ScheduledInstance(Instance):
         tokens = req.num_tokens - 1
         cached = bm.allocate_cached_prefix(req)  # its prompt's blocks, where this instance still holds them
         if not bm.allocate(req, tokens - cached):
-            self._unimport(req)
+            bm.detach_cached_prefix(req, cached)
             self.discard_kv(request_id)
             self._fall_back(req, tokens, "no_free_blocks")
             return
@@ -186,15 +186,11 @@ class ScheduledInstance(Instance):
         covered, reason = self.load_kv(req, request_id)
         self.charge_kv(time.perf_counter() - t0, self.counters["kv_bytes_loaded"] - loaded)
         if covered <= 0:
-            self._unimport(req)
+            bm.detach_cached_prefix(req, cached)
             self._fall_back(req, tokens, reason)
             return
         req.num_computed_tokens = max(covered, cached)
         bm.cache_full_blocks(req)
-
-    def _unimport(self, req: Request) -> None:
-        self.scheduler.block_manager.free(req)
-        req.num_computed_tokens = 0
 
     @staticmethod
     def _fall_back(req: Request, tokens: int, reason: str) -> None:
