@@ -87,10 +87,11 @@ class BlockManager:
         self.prefix_hit_tokens += req.num_computed_tokens
         return req.num_computed_tokens
 
-    def detach_cached_prefix(self, req: Request, cached_tokens: int) -> None:
-        """Give back the blocks of a request that was not admitted after ``allocate_cached_prefix`` covered
-        ``cached_tokens`` of it, and uncount that hit: the next try attaches and counts the prefix again."""
-        self.prefix_hit_tokens -= cached_tokens
+    def detach_cached_prefix(self, req: Request) -> None:
+        """Give back the blocks of a request that was not admitted after ``allocate_cached_prefix``, and uncount
+        the hit it counted (``num_computed_tokens``, which nothing has advanced since): the next try attaches and
+        counts the prefix again."""
+        self.prefix_hit_tokens -= req.num_computed_tokens
         self.free(req)
         req.num_computed_tokens = 0
 

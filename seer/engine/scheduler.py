@@ -246,7 +246,7 @@ class Scheduler:
                 headroom += int(held)
             if bm.num_blocks_to_allocate(req, reserve) + headroom > bm.num_free_blocks:
                 if fresh:  # its prefix's blocks stay cached for the next try
-                    bm.detach_cached_prefix(req, req.num_cached_prompt_tokens)
+                    bm.detach_cached_prefix(req)
                 break
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING

@@ -178,7 +178,7 @@ class ScheduledInstance(Instance):
         tokens = req.num_tokens - 1
         cached = bm.allocate_cached_prefix(req)  # its prompt's blocks, where this instance still holds them
         if not bm.allocate(req, tokens - cached):
-            bm.detach_cached_prefix(req, cached)
+            bm.detach_cached_prefix(req)
             self.discard_kv(request_id)
             self._fall_back(req, tokens, "no_free_blocks")
             return
@@ -186,7 +186,7 @@ class ScheduledInstance(Instance):
         covered, reason = self.load_kv(req, request_id)
         self.charge_kv(time.perf_counter() - t0, self.counters["kv_bytes_loaded"] - loaded)
         if covered <= 0:
-            bm.detach_cached_prefix(req, cached)
+            bm.detach_cached_prefix(req)
             self._fall_back(req, tokens, reason)
             return
         req.num_computed_tokens = max(covered, cached)
