@@ -20,10 +20,14 @@ margin (1.5) covers what the ideal rate still ignores (prefill, uneven loads): w
 is only just long enough are isolated and the instance's throughput is lost for little.
 Each critical instance also runs ``m`` companions, other requests in their turn, where the step profile says ``m``
 more sequences beside one slow its step by under 5% (``lone_companions``; the draft planner holds their drafts to
-the same slack, ``seer.spec.budget``): on a CPU whose small-batch steps are bound by reading the weights, a step of
-four costs what a step of one does, so the critical request still runs at the speed of a lone one and its instance
+the same slack, ``seer.spec.budget``): where small-batch steps are bound by reading the weights, a step of four
+costs what a step of one does, so the critical request still runs at the speed of a lone one and its instance
 keeps working off the rest at ``m`` sequences' worth; where steps grow with every sequence, ``m`` is 0 and the
-instance is the request's alone.
+instance is the request's alone. ``m`` is priced at the contexts the requests have, each round, by the steps the
+rollout has measured so far (``OnlineStepCost``), and by the profile until enough have run: the profile is
+measured at a short context that siblings share, often on a quiet machine, and leaves out what a companion
+costs under the rollout's load, its own KV included; on the Intel Xeon in fp32 a step of four strangers at
+500 tokens measured 28% over a step of one, where the profile's table said 4%.
 At most ``I - 1`` requests are critical, so one instance always stays shared. The set is recomputed every dispatch
 round (estimates sharpen as siblings finish; remaining.py keeps them current without re-estimating every request
 each round); a request that stays critical keeps its instance. That instance takes no other chunk but its
@@ -45,28 +49,36 @@ import math
 from collections.abc import Callable, Sequence
 
 from seer.rollout.remaining import RemainingWork
+from seer.rollout.step_cost import LinearStepCost, OnlineStepCost
 from seer.rollout.types import InstanceState, RolloutRequest
 from seer.spec.budget import CRITICAL_SLACK
+from seer.spec.policy import VerifyCostModel
+
+# (the critical request's context, the companions' mean context) -> companions its instance runs beside it
+Companions = Callable[[float, float], int]
 
 
 class CriticalPath:
     """The critical requests of a rollout and the instance each one holds alone."""
 
-    def __init__(self, speedup: Callable[[float], float], margin: float = 1.5, companions: int = 0) -> None:
+    def __init__(self, speedup: Callable[[float], float], margin: float = 1.5,
+                 companions: Companions | None = None) -> None:
         """``speedup(b)``: tokens per second of an instance running ``b`` sequences over one sequence alone.
         ``margin``: how much slower than ideal the shared instances may be and the request still be critical.
-        ``companions``: requests a critical request's instance also runs without slowing it (``lone_companions``)."""
+        ``companions``: requests a critical request's instance also runs without slowing it, at the contexts
+        given (``companion_rule``); None: none."""
         if margin < 1.0:
             raise ValueError(f"critical-path margin must be >= 1, got {margin}")
-        if companions < 0:
-            raise ValueError(f"critical-path companions must be >= 0, got {companions}")
         self.speedup = speedup
         self.margin = margin
         self.companions = companions
         self.instance_of: dict[int, int] = {}  # critical request id -> its instance
         self.request_on: dict[int, int] = {}   # instance id -> its critical request
+        self.companions_on: dict[int, int] = {}  # instance id -> companions it may run this round
         self.isolated = 0                      # requests made critical (a report counter)
         self.work = RemainingWork()            # the estimates the rule reads; their owner keeps them current
+        self.measured = OnlineStepCost()       # the rollout's steps so far, which price companions; its driver
+        #                                        feeds it
 
     def critical_on(self, instance_id: int) -> int | None:
         return self.request_on.get(instance_id)
@@ -80,7 +92,8 @@ class CriticalPath:
         rest = work.total
         # a budget is no evidence that this request, rather than its siblings, ends last: only beliefs compete,
         # while budgets still count in the rest of the work
-        chosen: list[RolloutRequest] = []
+        chosen: list[tuple[RolloutRequest, int]] = []
+        beside = 0  # companions of the requests considered so far
         longest = work.longest()
         try:
             for j, (est, req) in enumerate(longest, start=1):
@@ -89,20 +102,35 @@ class CriticalPath:
                 rest -= est
                 shared = len(live) - j
                 batch = min((len(work) - j) / shared, held)
-                if est * (self.speedup(batch) * shared + j * self.companions) < rest * self.margin:
+                m = self._companions_of(req, work.mean_context)
+                beside += m
+                if est * (self.speedup(batch) * shared + beside) < rest * self.margin:
                     break
-                chosen.append(req)
+                chosen.append((req, m))
         finally:
             longest.close()
-        keep = {r.request_id for r in chosen}
+        keep = {r.request_id for r, _ in chosen}
         for rid, iid in list(self.instance_of.items()):
             if rid not in keep or iid not in live:
                 self._release(rid)
-        for req in chosen:
+        self.companions_on = {}
+        for req, m in chosen:
             if req.request_id not in self.instance_of:
                 iid = self._choose(req, live)
                 self.instance_of[req.request_id], self.request_on[iid] = iid, req.request_id
                 self.isolated += 1
+            self.companions_on[self.instance_of[req.request_id]] = m
+
+    def _companions_of(self, req: RolloutRequest, mean_context: float) -> int:
+        if self.companions is None:
+            return 0
+        fit = self.measured.fit
+        if fit is not None:
+            return fitted_companions(fit, float(req.context_len), mean_context)
+        m = self.companions(float(req.context_len), mean_context)
+        if m < 0:
+            raise ValueError(f"critical-path companions must be >= 0, got {m}")
+        return m
 
     @staticmethod
     def _batch_held(live: Sequence[InstanceState], mean_context: float) -> float:
@@ -124,10 +152,13 @@ class CriticalPath:
     def _release(self, request_id: int) -> None:
         iid = self.instance_of.pop(request_id)
         del self.request_on[iid]
+        self.companions_on.pop(iid, None)
 
     def check_integrity(self) -> None:
         self.work.check_integrity()
+        self.measured.check_integrity()
         assert len(self.instance_of) == len(self.request_on), "critical map and its inverse differ in size"
+        assert set(self.companions_on) <= set(self.request_on), "companions counted for an unreserved instance"
         for rid, iid in self.instance_of.items():
             assert self.request_on.get(iid) == rid, f"instance {iid} is not reserved for request {rid}"
 
@@ -146,13 +177,42 @@ def batch_speedup(batch_sizes: Sequence[float], step_time: Callable[[float], flo
 
 
 def lone_companions(batch_sizes: Sequence[float], step_time: Callable[[float], float],
-                    tolerance: float = CRITICAL_SLACK, most: int = 7) -> int:
+                    tolerance: float = CRITICAL_SLACK, most: int = 7, *, alone_read_s: float = 0.0,
+                    companion_read_s: float = 0.0) -> int:
     """How many sequences an instance can run beside one without slowing its step by more than ``tolerance``
     (at most ``most``): where a step is bound by reading the weights, a few more sequences cost nearly nothing,
     and leaving them out of a critical request's instance throws that throughput away. Counted only inside the
-    profiled batches (no extrapolation)."""
-    alone, largest = step_time(1.0), max(batch_sizes)
+    profiled batches (no extrapolation). ``alone_read_s``: what the lone sequence's context adds to its step
+    beyond the profile's; ``companion_read_s``: what each companion's adds (reading its KV)."""
+    alone, largest = step_time(1.0) + alone_read_s, max(batch_sizes)
     n = 0
-    while n < most and n + 2 <= largest and step_time(n + 2.0) <= (1.0 + tolerance) * alone:
+    while (n < most and n + 2 <= largest
+           and step_time(n + 2.0) + alone_read_s + (n + 1) * companion_read_s <= (1.0 + tolerance) * alone):
         n += 1
     return n
+
+
+def fitted_companions(fit: LinearStepCost, critical_context: float, companion_context: float,
+                      tolerance: float = CRITICAL_SLACK, most: int = 7) -> int:
+    """``lone_companions`` priced by a fit of measured steps: decode steps of one sequence at
+    ``critical_context`` and of ``n`` more at ``companion_context`` each."""
+    alone = fit.step_time(1, 1, critical_context)
+    n = 0
+    while n < most and (fit.step_time(n + 2, n + 2, critical_context + (n + 1) * companion_context)
+                        <= (1.0 + tolerance) * alone):
+        n += 1
+    return n
+
+
+def companion_rule(cost: VerifyCostModel) -> Companions:
+    """``lone_companions`` on a decode step of ``cost``'s profile, at a critical request's context and its
+    companions' mean context."""
+
+    def decode(batch: float) -> float:
+        return cost.step_time(batch, 1)
+
+    def companions(critical_context: float, companion_context: float) -> int:
+        return lone_companions(cost.batch_sizes, decode, alone_read_s=cost.read_time(critical_context),
+                               companion_read_s=cost.read_time(companion_context))
+
+    return companions

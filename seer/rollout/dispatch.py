@@ -33,8 +33,9 @@ class DispatchConfig:
     # critical-path placement (critical_path.py): an instance's speedup at batch b over one sequence alone;
     # None turns it off
     critical_speedup: Callable[[float], float] | None = None
-    # ... and the requests a critical request's instance runs beside it at no cost to its step (lone_companions)
-    critical_companions: int = 0
+    # ... and the requests a critical request's instance runs beside it at no cost to its step, at the contexts
+    # given (critical_path.companion_rule); None: none
+    critical_companions: Callable[[float, float], int] | None = None
 
 
 class InstancePicker:
@@ -42,14 +43,16 @@ class InstancePicker:
 
     def __init__(self, instances: Sequence[InstanceState], config: DispatchConfig,
                  reserved: Mapping[int, int] | None = None,
-                 prompt_homes: Mapping[int, Sequence[int]] | None = None) -> None:
-        """``reserved``: instance id -> its critical request; other requests go there only as its companions
-        (``DispatchConfig.critical_companions``), while it runs fewer than that many beside the critical request
-        and keeps room for the critical request's next chunk. ``prompt_homes``: group id -> the instances that
-        prefilled its prompt (a request without KV starts where its prompt is cached, if it fits)."""
+                 prompt_homes: Mapping[int, Sequence[int]] | None = None,
+                 companions: Mapping[int, int] | None = None) -> None:
+        """``reserved``: instance id -> its critical request; other requests go there only as its companions,
+        while it runs fewer than ``companions[instance id]`` beside the critical request and keeps room for the
+        critical request's next chunk. ``prompt_homes``: group id -> the instances that prefilled its prompt (a
+        request without KV starts where its prompt is cached, if it fits)."""
         self._config = config
         self._homes = prompt_homes if prompt_homes is not None else {}
         self._reserved = dict(reserved or {})
+        self._companions = dict(companions or {})
         self._critical = {rid: iid for iid, rid in self._reserved.items()}
         self._by_id: dict[int, InstanceState] = {}
         self._heap: list[tuple[int, int, int, int]] = []
@@ -147,12 +150,9 @@ class InstancePicker:
         """A reserved instance with a companion place free, first: the chunk runs there at no cost to the
         critical request's step, so it is the cheapest place in the cluster. The place counts the critical request
         as running (it is placed first each round), and the chunk must leave room for that request's next chunk."""
-        most = self._config.critical_companions
-        if not most:
-            return None
         for iid in sorted(self._reserved):
-            inst = self._by_id[iid]
-            if not inst.alive or not inst.has_slot or inst.running >= 1 + most:
+            inst, most = self._by_id[iid], self._companions.get(iid, 0)
+            if not most or not inst.alive or not inst.has_slot or inst.running >= 1 + most:
                 continue
             need = chunk_blocks_needed(req, inst, chunk)
             if need + blocks_for(chunk, inst.block_size) + 1 <= inst.free_blocks:

@@ -123,7 +123,8 @@ class RequestBuffer:
             return []
         self._population_fit()  # the ordering measures groups none of whose members has finished by it
         reserved = self.critical.request_on if self.critical is not None else {}
-        picker = InstancePicker(instances, self.dispatch, reserved, self.prompt_homes)
+        companions = self.critical.companions_on if self.critical is not None else {}
+        picker = InstancePicker(instances, self.dispatch, reserved, self.prompt_homes, companions)
         out: list[Assignment] = []
         for rid in sorted(reserved.values()):  # critical requests first, each on its own instance
             req = self._buffered.get(rid)

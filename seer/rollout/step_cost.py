@@ -22,6 +22,7 @@ Torch-free.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -149,3 +150,37 @@ def measured_steps(decisions: Mapping[int, Sequence[Sequence[tuple]]],
             if trace and seconds > 0:
                 shapes.append(StepShape.from_trace(trace, seconds))
     return shapes
+
+
+class OnlineStepCost:
+    """``LinearStepCost`` fitted while a rollout runs, to the steps it has run so far.
+
+    Why: decisions that weigh one step against another (how many companions a critical request can run beside
+    without slowing it) need the machine's prices under the rollout's load, at its contexts. The verify profile
+    is measured once, at a short shared context, often on a quiet machine; the steps a rollout runs are measured
+    anyway. The first fit comes once ``min_steps`` have run; it covers the last ``window`` steps and is refreshed
+    every ``every`` new steps (or an eighth of all steps seen, whichever is more, so a long simulation refits a
+    logarithmic number of times)."""
+
+    def __init__(self, window: int = 4096, every: int = 256, min_steps: int = 4 * MIN_STEPS) -> None:
+        if window < min_steps or every < 1 or min_steps < MIN_STEPS:
+            raise ValueError(f"need window >= min_steps >= {MIN_STEPS} and every >= 1")
+        self.steps: deque[StepShape] = deque(maxlen=window)
+        self.every, self.min_steps = every, min_steps
+        self.seen = 0
+        self._fitted_at = 0
+        self.fit: LinearStepCost | None = None
+
+    def add(self, trace: Sequence[tuple], seconds: float) -> None:
+        """One compute step (its decision trace and compute seconds; a step that computed nothing is ignored)."""
+        if not trace or seconds <= 0:
+            return
+        self.steps.append(StepShape.from_trace(trace, seconds))
+        self.seen += 1
+        due = 0 if self.fit is None else max(self.every, self._fitted_at // 8)  # the first fit comes at once
+        if len(self.steps) >= self.min_steps and self.seen - self._fitted_at >= due:
+            self.fit, self._fitted_at = LinearStepCost.fit(list(self.steps)), self.seen
+
+    def check_integrity(self) -> None:
+        assert len(self.steps) <= self.seen and self._fitted_at <= self.seen
+        assert (self.fit is None) == (self._fitted_at == 0), "a fit without the steps it was fitted to"

@@ -190,3 +190,4 @@ def test_chunks_of_a_critical_request_are_marked_and_no_other():
     longest = max(res.responses, key=lambda r: len(r.token_ids)).request_id
     assert marked and {rid for rid, _ in marked} == {longest}
     assert res.stats["critical_isolated"] >= 1
+    assert drv.buffer.critical.measured.seen == sum(len(t) for t in drv.decisions.values())  # every step fed

@@ -5,7 +5,14 @@ import random
 
 import pytest
 
-from seer.rollout.step_cost import LinearStepCost, StepShape, lone_envelope, lower_envelope, measured_steps
+from seer.rollout.step_cost import (
+    LinearStepCost,
+    OnlineStepCost,
+    StepShape,
+    lone_envelope,
+    lower_envelope,
+    measured_steps,
+)
 
 TRUE = LinearStepCost(0.004, 0.001, 0.0005, 2e-7)
 
@@ -120,3 +127,25 @@ def test_measured_steps_take_drafting_and_kv_out_and_skip_empty_steps():
 def test_too_few_steps_is_an_error():
     with pytest.raises(ValueError, match="at least"):
         LinearStepCost.fit(_steps(3))
+
+
+def test_the_online_fit_follows_the_steps_run_so_far():
+    online = OnlineStepCost(window=64, every=16, min_steps=32)
+    online.add((), 0.01)          # nothing computed: not a step
+    online.add(((0, 0, 1, 0),), 0.0)
+    rng = random.Random(1)
+    for _ in range(31):
+        seqs, ctx = rng.randint(1, 16), rng.randint(16, 1500)
+        online.add(tuple((r, ctx, 1, 0, 0) for r in range(seqs)), TRUE.step_time(seqs, seqs, seqs * (ctx + 1)))
+    assert online.fit is None and online.seen == 31  # too few to fit
+    online.add(((0, 40, 1, 0, 0),), TRUE.step_time(1, 1, 41))
+    assert online.fit is not None and online.fit.per_seq_s + online.fit.per_token_s == pytest.approx(0.0015)
+    first = online.fit
+    for _ in range(15):
+        online.add(((0, 40, 1, 0, 0),), 0.1)
+    assert online.fit is first  # refitted only every 16 steps
+    online.add(((0, 40, 1, 0, 0),), 0.1)
+    assert online.fit is not first and len(online.steps) == 48
+    online.check_integrity()
+    with pytest.raises(ValueError):
+        OnlineStepCost(window=8)
