@@ -10,9 +10,7 @@ was extrapolated there into nonsense (verification looked free). Timings are noi
 table is made monotone (a step never gets cheaper with more sequences or more tokens each).
 
 The sequences of one batch share their prompt, as a group's siblings do, so it is computed once: prefilling a
-separate prompt per sequence cost more than all the measured steps together. Only the KV read of a decode step
-(``VerifyCostModel.read_s``) is measured on strangers, at two contexts: sharing a prompt reads its KV once for
-all, which would hide the cost of the companions a critical request runs beside it. The first run says what it does
+separate prompt per sequence cost more than all the measured steps together. The first run says what it does
 and shows its progress; later runs read the cache.
 """
 
@@ -42,7 +40,7 @@ TOKENS_PER_SEQ = (1, 3, 9)
 MIN_CONTEXT = 16  # shortest context worth measuring
 LONG_CONTEXT = 1024  # one sequence is measured here too: the cost of attending to a longer context (pair_s)
 GROWTH = 48  # KV tokens a measured sequence may grow by (its outputs plus the largest verify step)
-PROFILE_METHOD = 4  # in the cache key: profiles measured another way are measured again
+PROFILE_METHOD = 3  # in the cache key: profiles measured another way are measured again
 
 
 def _kernel_source_hash() -> str | None:
@@ -78,24 +76,6 @@ def pair_cost(near: list[float], far: list[float], near_context: int, far_contex
     return max(0.0, (far[-1] - near[-1]) / (tokens * (far_context - near_context)))
 
 
-def read_cost(near: float, far: float, batch: int, near_context: int, far_context: int) -> float:
-    """Seconds per (sequence, context token) a decode step of ``batch`` strangers spends reading KV, from its
-    time at two contexts; never negative (timing noise)."""
-    return max(0.0, (far - near) / (batch * (far_context - near_context)))
-
-
-def _read_plan(num_blocks: int, block_size: int, plan: list[tuple[int, int]], long: int) -> tuple[int, int] | None:
-    """(batch, far context) at which to measure the KV read: the plan's second batch (one sequence reads its KV
-    faster per token than several do) at the longest context its sequences fit, if that is at least twice the
-    table's; else one sequence at ``long``; None when neither is worth measuring."""
-    near = plan[0][1]
-    for batch in ([plan[1][0]] if len(plan) > 1 else []) + [1]:
-        far = min(long, (num_blocks // batch) * block_size - GROWTH)
-        if far > 2 * near:
-            return batch, far
-    return None
-
-
 def _cache_path(engine: LLMEngine, plan: list[tuple[int, int]], cache_dir: Path) -> Path:
     cfg = engine.config
     # the code paths a step takes (packed linears, attention kernel) change its cost, so they are in the key
@@ -106,25 +86,18 @@ def _cache_path(engine: LLMEngine, plan: list[tuple[int, int]], cache_dir: Path)
 
 
 def _measure_batch(engine: LLMEngine, batch: int, context: int, repeats: int, rng: random.Random,
-                   tick: Callable[[], None] = lambda: None, tokens_per_seq: tuple[int, ...] = TOKENS_PER_SEQ,
-                   distinct: bool = False) -> list[float]:
-    """Median step times of ``batch`` sequences at ``context`` computing each of ``tokens_per_seq`` tokens.
-    ``distinct``: every sequence has a prompt of its own (strangers' KV), else they share one (siblings')."""
+                   tick: Callable[[], None] = lambda: None) -> list[float]:
     vocab = engine.model_config.vocab_size
     forced = [rng.randrange(vocab) for _ in range(GROWTH)]
     prompt = [rng.randrange(vocab) for _ in range(context)]
     params = SamplingParams(temperature=0.0, max_tokens=len(forced))
-
-    def prompt_of() -> list[int]:
-        return [rng.randrange(vocab) for _ in range(context)] if distinct else prompt
-
-    reqs = [engine.add_request(prompt_of(), params, forced_token_ids=forced)]
+    reqs = [engine.add_request(prompt, params, forced_token_ids=forced)]
     for size in (1, batch):  # the first sequence computes the prompt, the others then find it cached
-        reqs += [engine.add_request(prompt_of(), params, forced_token_ids=forced) for _ in range(size - len(reqs))]
+        reqs += [engine.add_request(prompt, params, forced_token_ids=forced) for _ in range(size - len(reqs))]
         while any(r.num_output_tokens == 0 for r in reqs):
             engine.step()
     row: list[float] = []
-    for n in tokens_per_seq:
+    for n in TOKENS_PER_SEQ:
         times = []
         for _ in range(repeats):
             for r in reqs:
@@ -137,19 +110,6 @@ def _measure_batch(engine: LLMEngine, batch: int, context: int, repeats: int, rn
     for r in reqs:
         engine.abort(r.request_id)
     return row
-
-
-def _measure_read(engine: LLMEngine, plan: list[tuple[int, int]], long: int, repeats: int,
-                  rng: random.Random) -> float | None:
-    """``read_cost`` measured on strangers at ``_read_plan``'s batch and contexts (None: nothing to measure)."""
-    bm = engine.block_manager
-    where = _read_plan(bm.num_blocks, bm.block_size, plan, long)
-    if where is None:
-        return None
-    batch, far_context = where
-    near, far = (_measure_batch(engine, batch, ctx, repeats, rng, tokens_per_seq=(1,), distinct=True)[0]
-                 for ctx in (plan[0][1], far_context))
-    return read_cost(near, far, batch, plan[0][1], far_context)
 
 
 def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 2,
@@ -175,13 +135,12 @@ def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 2,
         _measure_batch(engine, *plan[0], 1, rng)  # warm-up
         table = [_measure_batch(engine, b, ctx, repeats, rng, lambda: bar.update(1)) for b, ctx in plan]
         far = _measure_batch(engine, 1, long, repeats, rng) if long > 2 * plan[0][1] else None
-        read_s = _measure_read(engine, plan, long, repeats, rng)
     finally:
         bar.close()
         engine.speculator = saved
     pair_s = 0.0 if far is None else pair_cost(table[0], far, plan[0][1], long)
     model = VerifyCostModel([b for b, _ in plan], TOKENS_PER_SEQ, monotone(table), pair_s=pair_s,
-                            context=plan[0][1], read_s=read_s)
+                            context=plan[0][1])
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(model.to_profile()))

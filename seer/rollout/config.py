@@ -16,7 +16,7 @@ from typing import Any
 
 from seer.engine.config import EngineConfig
 from seer.engine.speculator import SpecConfig
-from seer.rollout.critical_path import batch_speedup, companion_rule
+from seer.rollout.critical_path import batch_speedup, lone_companions
 from seer.rollout.orderings import OrderingConfig
 from seer.rollout.policies import RolloutPolicy, get_policy
 from seer.spec.policy import VerifyCostModel
@@ -77,12 +77,12 @@ class RolloutConfig:
     def driver_kwargs(self, policy: RolloutPolicy, cost: VerifyCostModel | None = None) -> dict[str, Any]:
         """What every backend passes to the ``RolloutDriver`` besides policy, instances, groups and chunk size;
         ``cost``: the instances' step profile, which critical-path placement needs."""
-        speedup, companions = None, None
+        speedup, companions = None, 0
         if policy.critical:
             if cost is None:
                 raise ValueError("critical-path placement needs the engine's step profile")
             decode = partial(cost.step_time, tokens_per_seq=1)  # a decode step's time at a batch
             speedup = batch_speedup(cost.batch_sizes, decode)
-            companions = companion_rule(cost)
+            companions = lone_companions(cost.batch_sizes, decode)
         return dict(ordering_config=self.ordering, affinity_spread=self.kv_affinity_spread,
                     critical_speedup=speedup, critical_companions=companions)

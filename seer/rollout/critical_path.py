@@ -23,11 +23,10 @@ more sequences beside one slow its step by under 5% (``lone_companions``; the dr
 the same slack, ``seer.spec.budget``): where small-batch steps are bound by reading the weights, a step of four
 costs what a step of one does, so the critical request still runs at the speed of a lone one and its instance
 keeps working off the rest at ``m`` sequences' worth; where steps grow with every sequence, ``m`` is 0 and the
-instance is the request's alone. ``m`` is priced at the contexts the requests have, each round, by the steps the
-rollout has measured so far (``OnlineStepCost``), and by the profile until enough have run: the profile is
-measured at a short context that siblings share, often on a quiet machine, and leaves out what a companion
-costs under the rollout's load, its own KV included; on the Intel Xeon in fp32 a step of four strangers at
-500 tokens measured 28% over a step of one, where the profile's table said 4%.
+instance is the request's alone. ``m`` is priced each round at the contexts the requests have, by a fit of the
+steps the rollout has run so far (``OnlineStepCost``, ``fitted_companions``), and by the profile only until enough
+have run: the profile is measured at a short context its sequences share, often on a quiet machine, and leaves
+out what a companion costs under the rollout's load, its own KV included (benchmarks/README.md).
 At most ``I - 1`` requests are critical, so one instance always stays shared. The set is recomputed every dispatch
 round (estimates sharpen as siblings finish; remaining.py keeps them current without re-estimating every request
 each round); a request that stays critical keeps its instance. That instance takes no other chunk but its
@@ -52,23 +51,20 @@ from seer.rollout.remaining import RemainingWork
 from seer.rollout.step_cost import LinearStepCost, OnlineStepCost
 from seer.rollout.types import InstanceState, RolloutRequest
 from seer.spec.budget import CRITICAL_SLACK
-from seer.spec.policy import VerifyCostModel
-
-# (the critical request's context, the companions' mean context) -> companions its instance runs beside it
-Companions = Callable[[float, float], int]
 
 
 class CriticalPath:
     """The critical requests of a rollout and the instance each one holds alone."""
 
-    def __init__(self, speedup: Callable[[float], float], margin: float = 1.5,
-                 companions: Companions | None = None) -> None:
+    def __init__(self, speedup: Callable[[float], float], margin: float = 1.5, companions: int = 0) -> None:
         """``speedup(b)``: tokens per second of an instance running ``b`` sequences over one sequence alone.
         ``margin``: how much slower than ideal the shared instances may be and the request still be critical.
-        ``companions``: requests a critical request's instance also runs without slowing it, at the contexts
-        given (``companion_rule``); None: none."""
+        ``companions``: requests a critical request's instance also runs without slowing it by the step profile
+        (``lone_companions``), until the rollout's measured steps price them; 0 keeps it alone throughout."""
         if margin < 1.0:
             raise ValueError(f"critical-path margin must be >= 1, got {margin}")
+        if companions < 0:
+            raise ValueError(f"critical-path companions must be >= 0, got {companions}")
         self.speedup = speedup
         self.margin = margin
         self.companions = companions
@@ -122,15 +118,12 @@ class CriticalPath:
             self.companions_on[self.instance_of[req.request_id]] = m
 
     def _companions_of(self, req: RolloutRequest, mean_context: float) -> int:
-        if self.companions is None:
-            return 0
+        """Companions beside ``req``: none where the profile allows none, else as the measured steps price them
+        at its context and the unfinished requests' mean, once there is a fit."""
         fit = self.measured.fit
-        if fit is not None:
-            return fitted_companions(fit, float(req.context_len), mean_context)
-        m = self.companions(float(req.context_len), mean_context)
-        if m < 0:
-            raise ValueError(f"critical-path companions must be >= 0, got {m}")
-        return m
+        if not self.companions or fit is None:
+            return self.companions
+        return fitted_companions(fit, float(req.context_len), mean_context, most=self.companions)
 
     @staticmethod
     def _batch_held(live: Sequence[InstanceState], mean_context: float) -> float:
@@ -177,17 +170,14 @@ def batch_speedup(batch_sizes: Sequence[float], step_time: Callable[[float], flo
 
 
 def lone_companions(batch_sizes: Sequence[float], step_time: Callable[[float], float],
-                    tolerance: float = CRITICAL_SLACK, most: int = 7, *, alone_read_s: float = 0.0,
-                    companion_read_s: float = 0.0) -> int:
+                    tolerance: float = CRITICAL_SLACK, most: int = 7) -> int:
     """How many sequences an instance can run beside one without slowing its step by more than ``tolerance``
     (at most ``most``): where a step is bound by reading the weights, a few more sequences cost nearly nothing,
     and leaving them out of a critical request's instance throws that throughput away. Counted only inside the
-    profiled batches (no extrapolation). ``alone_read_s``: what the lone sequence's context adds to its step
-    beyond the profile's; ``companion_read_s``: what each companion's adds (reading its KV)."""
-    alone, largest = step_time(1.0) + alone_read_s, max(batch_sizes)
+    profiled batches (no extrapolation)."""
+    alone, largest = step_time(1.0), max(batch_sizes)
     n = 0
-    while (n < most and n + 2 <= largest
-           and step_time(n + 2.0) + alone_read_s + (n + 1) * companion_read_s <= (1.0 + tolerance) * alone):
+    while n < most and n + 2 <= largest and step_time(n + 2.0) <= (1.0 + tolerance) * alone:
         n += 1
     return n
 
@@ -202,17 +192,3 @@ def fitted_companions(fit: LinearStepCost, critical_context: float, companion_co
                         <= (1.0 + tolerance) * alone):
         n += 1
     return n
-
-
-def companion_rule(cost: VerifyCostModel) -> Companions:
-    """``lone_companions`` on a decode step of ``cost``'s profile, at a critical request's context and its
-    companions' mean context."""
-
-    def decode(batch: float) -> float:
-        return cost.step_time(batch, 1)
-
-    def companions(critical_context: float, companion_context: float) -> int:
-        return lone_companions(cost.batch_sizes, decode, alone_read_s=cost.read_time(critical_context),
-                               companion_read_s=cost.read_time(companion_context))
-
-    return companions

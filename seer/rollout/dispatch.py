@@ -33,9 +33,9 @@ class DispatchConfig:
     # critical-path placement (critical_path.py): an instance's speedup at batch b over one sequence alone;
     # None turns it off
     critical_speedup: Callable[[float], float] | None = None
-    # ... and the requests a critical request's instance runs beside it at no cost to its step, at the contexts
-    # given (critical_path.companion_rule); None: none
-    critical_companions: Callable[[float, float], int] | None = None
+    # ... and the requests a critical request's instance runs beside it at no cost to its step by the step profile
+    # (lone_companions), until the rollout's own steps price them (critical_path.py)
+    critical_companions: int = 0
 
 
 class InstancePicker:

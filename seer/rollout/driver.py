@@ -62,8 +62,8 @@ class RolloutDriver:
                  on_progress: Callable[["RolloutDriver"], None] | None = None,
                  fault: FaultPlan | None = None, draft_server=None,
                  listener: RolloutListener | None = None, affinity_spread: int | None = None,
-                 critical_speedup: Callable[[float], float] | None = None,
-                 critical_companions: Callable[[float, float], int] | None = None, seed: int | None = None) -> None:
+                 critical_speedup: Callable[[float], float] | None = None, critical_companions: int = 0,
+                 seed: int | None = None) -> None:
         """``seed``: responses sampled without a seed get one derived from it, their group and their index, so a
         response draws the same random numbers on whichever instance its chunks run and no two responses (on
         one instance or several) share a stream."""

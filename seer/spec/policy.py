@@ -51,15 +51,11 @@ class VerifyCostModel:
     The table is measured at one short ``context``; a token computed at a longer context also attends to the
     difference, ``pair_s`` seconds per (token, context token) pair. A rollout's long responses
     decode at contexts of hundreds to thousands of tokens, where a draft token costs several times what the
-    table says: priced at the table's context, drafting looks cheap exactly where it is dearest.
-    A decode step also reads each sequence's KV beyond the table's context once, ``read_s`` seconds per
-    (sequence, context token), whatever its tokens: the extra tokens of a verify step attend to KV the step reads
-    anyway, so ``pair_s`` (measured on the longest verify step) is the far smaller part. On a CPU the read is
-    several times ``pair_s``; a profile that did not measure it reads ``pair_s`` for it."""
+    table says: priced at the table's context, drafting looks cheap exactly where it is dearest."""
 
     def __init__(self, batch_sizes: Sequence[int], tokens_per_seq: Sequence[int],
                  times_s: Sequence[Sequence[float]], draft_s_per_request: float = 0.0, pair_s: float = 0.0,
-                 context: float = 0.0, read_s: float | None = None) -> None:
+                 context: float = 0.0) -> None:
         if not batch_sizes or not tokens_per_seq:
             raise ValueError("the cost table needs at least one batch size and one tokens_per_seq")
         if list(batch_sizes) != sorted(set(batch_sizes)) or list(tokens_per_seq) != sorted(set(tokens_per_seq)):
@@ -70,14 +66,13 @@ class VerifyCostModel:
             raise ValueError("times_s must be a len(batch_sizes) x len(tokens_per_seq) table")
         if any(t <= 0 for row in times_s for t in row) or draft_s_per_request < 0:
             raise ValueError("step times must be > 0 and draft_s_per_request >= 0")
-        if pair_s < 0 or context < 0 or (read_s is not None and read_s < 0):
-            raise ValueError("pair_s, read_s and context must be >= 0")
+        if pair_s < 0 or context < 0:
+            raise ValueError("pair_s and context must be >= 0")
         self.batch_sizes = [float(b) for b in batch_sizes]
         self.tokens_per_seq = [float(n) for n in tokens_per_seq]
         self.times_s = [[float(t) for t in row] for row in times_s]
         self.draft_s_per_request = draft_s_per_request
         self.pair_s = pair_s
-        self.read_s = pair_s if read_s is None else read_s
         self.context = context
         self._floor_s = 0.01 * min(min(r) for r in self.times_s)  # step_time's floor (the table is fixed)
 
@@ -87,14 +82,14 @@ class VerifyCostModel:
         try:
             return cls(profile["batch_sizes"], profile["tokens_per_seq"], profile["times_s"],
                        profile.get("draft_s_per_request", 0.0), profile.get("pair_s", 0.0),
-                       profile.get("context", 0.0), profile.get("read_s"))
+                       profile.get("context", 0.0))
         except KeyError as exc:
             raise ValueError(f"cost profile lacks {exc.args[0]!r}") from None
 
     def to_profile(self) -> dict:
         return {"batch_sizes": [int(b) for b in self.batch_sizes], "tokens_per_seq": [int(n) for n in
                 self.tokens_per_seq], "times_s": self.times_s, "draft_s_per_request": self.draft_s_per_request,
-                "pair_s": self.pair_s, "context": self.context, "read_s": self.read_s}
+                "pair_s": self.pair_s, "context": self.context}
 
     def row_for_batch(self, batch: float) -> list[float]:
         """``T(batch, n)`` for every profiled ``n`` (interpolated in B)."""
@@ -109,10 +104,6 @@ class VerifyCostModel:
 
     def draft_time(self, batch: float) -> float:
         return self.draft_s_per_request * batch
-
-    def read_time(self, context: float) -> float:
-        """What reading one sequence's KV at ``context`` tokens adds to a step over the table's context."""
-        return self.read_s * max(0.0, context - self.context)
 
 
 def critical_weights(hints: Sequence[float | None]) -> list[float]:

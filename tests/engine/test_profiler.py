@@ -1,19 +1,8 @@
 """The verify-cost profile: which batch sizes it measures, and a table the policy can trust."""
 
-import pytest
-
 from seer.engine.config import EngineConfig
 from seer.engine.llm_engine import LLMEngine
-from seer.engine.profiler import (
-    GROWTH,
-    LONG_CONTEXT,
-    MIN_CONTEXT,
-    _read_plan,
-    monotone,
-    profile_plan,
-    profile_verify_cost,
-    read_cost,
-)
+from seer.engine.profiler import GROWTH, LONG_CONTEXT, MIN_CONTEXT, monotone, profile_plan, profile_verify_cost
 
 
 def test_plan_shortens_the_context_so_large_batches_are_measured() -> None:
@@ -41,30 +30,11 @@ def test_profile_measures_batches_beyond_the_full_context_fit(tiny_llama, tmp_pa
     plan = profile_plan(136, 16, 256, 128)
     shared = sum(ctx + (b - 1) * 16 for b, ctx in plan) + plan[0][1]  # (the warm-up is the first batch again)
     long = min(LONG_CONTEXT, engine.scheduler.config.max_model_len) - GROWTH  # prices attention to long contexts
-    # the KV read is measured on strangers: four sequences with prompts of their own, at the table's context and
-    # at the longest the 136 blocks hold for four
-    far = min(long, 136 // 4 * 16 - GROWTH)
-    assert _read_plan(136, 16, plan, long) == (4, far)
-    strangers = 4 * plan[0][1] + 4 * far
-    assert engine.stats.prompt_tokens_computed == shared + long + strangers
-    assert shared < sum(b * ctx for b, ctx in plan)
-    assert cost.context == plan[0][1] and cost.pair_s >= 0 and cost.read_s >= 0
+    assert engine.stats.prompt_tokens_computed == shared + long and shared < sum(b * ctx for b, ctx in plan)
+    assert cost.context == plan[0][1] and cost.pair_s >= 0
     assert all(a <= b for row in cost.times_s for a, b in zip(row, row[1:]))
     assert all(a <= b for col in zip(*cost.times_s) for a, b in zip(col, col[1:]))
     assert not engine.has_unfinished() and engine.block_manager.num_free_blocks == 136
     engine.block_manager.check_integrity()
     again = profile_verify_cost(engine, repeats=1, cache_dir=tmp_path)  # from the cache
-    assert again.times_s == cost.times_s and again.pair_s == cost.pair_s and again.read_s == cost.read_s
-
-
-def test_read_cost_is_the_slope_per_sequence_and_context_token() -> None:
-    assert read_cost(0.060, 0.072, 4, 128, 628) == pytest.approx(0.012 / (4 * 500))
-    assert read_cost(0.060, 0.059, 4, 128, 628) == 0.0  # noise never makes context cheaper
-
-
-def test_read_plan_prefers_several_sequences_and_needs_a_longer_context() -> None:
-    plan = profile_plan(10_000, 16, 256, 128)
-    assert _read_plan(10_000, 16, plan, 976) == (4, 976)
-    # four sequences fit 60 blocks at 192 tokens each, under twice the table's: one sequence is measured instead
-    assert _read_plan(60, 16, profile_plan(60, 16, 256, 128), 976) == (1, 60 * 16 - GROWTH)
-    assert _read_plan(18, 16, [(1, 128)], 976) is None  # 240 tokens: not twice the table's context
+    assert again.times_s == cost.times_s and again.pair_s == cost.pair_s
