@@ -186,9 +186,8 @@ def fitted_companions(fit: LinearStepCost, critical_context: float, companion_co
                       tolerance: float = CRITICAL_SLACK, most: int = 7) -> int:
     """``lone_companions`` priced by a fit of measured steps: decode steps of one sequence at
     ``critical_context`` and of ``n`` more at ``companion_context`` each."""
-    alone = fit.step_time(1, 1, critical_context)
-    n = 0
-    while n < most and (fit.step_time(n + 2, n + 2, critical_context + (n + 1) * companion_context)
-                        <= (1.0 + tolerance) * alone):
-        n += 1
-    return n
+
+    def decode(batch: float) -> float:
+        return fit.step_time(batch, batch, critical_context + (batch - 1.0) * companion_context)
+
+    return lone_companions([1.0, most + 1.0], decode, tolerance, most)
