@@ -38,9 +38,9 @@ BATCH_SIZES = (1, 4, 16, 48)  # larger batches extrapolate linearly: a step is c
 # interpolate the rest; every point measured adds to a first run's wait (timings: benchmarks/README.md)
 TOKENS_PER_SEQ = (1, 3, 9)
 MIN_CONTEXT = 16  # shortest context worth measuring
-LONG_CONTEXT = 1024  # one sequence is measured here too: the cost of attending to a longer context (pair_s)
+LONG_CONTEXT = 1024  # one sequence is measured here too: the cost of a longer context (read_s, pair_s)
 GROWTH = 48  # KV tokens a measured sequence may grow by (its outputs plus the largest verify step)
-PROFILE_METHOD = 3  # in the cache key: profiles measured another way are measured again
+PROFILE_METHOD = 4  # in the cache key: profiles measured another way are measured again
 
 
 def _kernel_source_hash() -> str | None:
@@ -68,12 +68,14 @@ def monotone(table: list[list[float]]) -> list[list[float]]:
     return [[max(r[j] for r in rows[: i + 1]) for j in range(len(rows[i]))] for i in range(len(rows))]
 
 
-def pair_cost(near: list[float], far: list[float], near_context: int, far_context: int) -> float:
-    """Seconds per (computed token, context token) pair from one sequence's row at two contexts: the extra time
-    of the longest verify step (most tokens, so most signal) per token and extra context token; never
+def context_costs(near: list[float], far: list[float], near_context: int, far_context: int) -> tuple[float, float]:
+    """``(read_s, pair_s)`` from one sequence's row at two contexts: the plain step's extra time per extra context
+    token is one read and one pair, the longest verify step's (most tokens) one read and that many pairs; never
     negative (timing noise)."""
-    tokens = TOKENS_PER_SEQ[-1]
-    return max(0.0, (far[-1] - near[-1]) / (tokens * (far_context - near_context)))
+    span, tokens = far_context - near_context, TOKENS_PER_SEQ[-1]
+    plain, verify = (far[0] - near[0]) / span, (far[-1] - near[-1]) / span
+    pair = max(0.0, (verify - plain) / (tokens - 1))
+    return max(0.0, plain - pair), pair
 
 
 def _cache_path(engine: LLMEngine, plan: list[tuple[int, int]], cache_dir: Path) -> Path:
@@ -134,13 +136,13 @@ def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 2,
     try:
         _measure_batch(engine, *plan[0], 1, rng)  # warm-up
         table = [_measure_batch(engine, b, ctx, repeats, rng, lambda: bar.update(1)) for b, ctx in plan]
-        far = _measure_batch(engine, 1, long, repeats, rng) if long > 2 * plan[0][1] else None
+        far = _measure_batch(engine, 1, long, 2 * repeats, rng) if long > 2 * plan[0][1] else None
     finally:
         bar.close()
         engine.speculator = saved
-    pair_s = 0.0 if far is None else pair_cost(table[0], far, plan[0][1], long)
+    read_s, pair_s = (0.0, 0.0) if far is None else context_costs(table[0], far, plan[0][1], long)
     model = VerifyCostModel([b for b, _ in plan], TOKENS_PER_SEQ, monotone(table), pair_s=pair_s,
-                            context=plan[0][1])
+                            context=plan[0][1], read_s=read_s)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(model.to_profile()))

@@ -71,12 +71,12 @@ def rollout_bound(lengths: Sequence[int], instances: int, cost: VerifyCostModel,
 def _per_token_s(cost: LinearStepCost, contexts: np.ndarray, tau: float, max_tokens_per_seq: int,
                  fixed_s: float) -> np.ndarray:
     """Cheapest seconds per emitted token at each context: a step computing ``n`` tokens of a sequence from
-    ``c`` costs ``fixed_s + per_seq + n per_token + n (c + (n + 1) / 2) per_pair`` and is credited
+    ``c`` costs ``fixed_s + per_seq + n per_token + n (c + (n + 1) / 2) per_pair + (c + n) per_read`` and is credited
     ``credited(tau, n)`` tokens; the best ``n`` is taken per context."""
     best = np.full(contexts.shape, np.inf)
     for n in range(1, max_tokens_per_seq + 1):
         step = (fixed_s + cost.per_seq_s + n * cost.per_token_s
-                + n * (contexts + (n + 1) / 2) * cost.per_pair_s)
+                + n * (contexts + (n + 1) / 2) * cost.per_pair_s + (contexts + n) * cost.per_read_s)
         best = np.minimum(best, step / credited(tau, n))
     return best
 

@@ -188,6 +188,6 @@ def fitted_companions(fit: LinearStepCost, critical_context: float, companion_co
     ``critical_context`` and of ``n`` more at ``companion_context`` each."""
 
     def decode(batch: float) -> float:
-        return fit.step_time(batch, batch, critical_context + (batch - 1.0) * companion_context)
+        return fit.decode_time(batch, critical_context + (batch - 1.0) * companion_context)
 
     return lone_companions([1.0, most + 1.0], decode, tolerance, most)

@@ -6,17 +6,21 @@ bound priced by the profile is several times below what any policy can reach, wh
 left. Every in-process step is already measured (its compute time, after drafting and KV movement are taken
 out) and its shape is known, so the cost of a step at any context is fitted from those.
 
-Model: ``t = fixed + per_seq * B + per_token * N + per_pair * (P - S) + per_shared_pair * S`` for a step of ``B``
-sequences computing ``N`` tokens in all, ``P`` the sum over computed tokens of the context each attends to (its
-position), ``S`` the part of ``P`` over KV blocks an earlier sequence of the step also reads (siblings' shared
-prompt). On a CPU and at the small batches of a rollout, linear layers cost per token and attention per (token,
-context) pair; the fixed part is the weights streamed and the host's per-step work. A shared pair is cheaper:
-the kernel runs siblings back to back and finds their prompt's blocks in cache (benchmarks/README.md, "Siblings'
-shared KV in the step price"). Without the split, a fit over a run whose policies share differently (veRL keeps a
-group on one instance, divided rollout spreads it) overprices the one and underprices the other. The constants
-are non-negative, fitted on
-relative error (short decode steps weigh as much as long prefills) over the compute steps of every policy of
-the run, so all policies are priced by the same machine state. The fit's error is reported beside it.
+Model: ``t = fixed + per_seq * B + per_token * N + per_pair * P + per_read * (R - S) + per_shared_read * S`` for a
+step of ``B`` sequences computing ``N`` tokens in all, ``P`` the sum over computed tokens of the context each
+attends to (its position), ``R`` the sum over sequences of the context read (its KV length), ``S`` the part of
+``R`` in KV blocks an earlier sequence of the step also reads (siblings' shared prompt). On a CPU and at the small
+batches of a rollout, linear layers cost per token, attention per (token, context) pair and reading the KV once
+per sequence; the fixed part is the weights streamed and the host's per-step work. Reads and pairs are apart
+because a sequence's draft tokens share its read: on the Xeon, one sequence's decode costs ~4 us more per context
+token, each of its draft tokens only ~0.65 us more (benchmarks/README.md, "Reads apart from pairs"); one slope
+for both charged a draft token the whole read. A shared read is cheaper: the kernel runs siblings back to back
+and finds their prompt's blocks in cache (benchmarks/README.md, "Siblings' shared KV in the step price").
+Without the split, a fit over a run whose policies share differently (veRL keeps a group on one instance,
+divided rollout spreads it) overprices the one and underprices the other. Decode steps alone cannot tell reads
+from pairs (one token each: ``R = P``); prefill chunks and verify steps can. The constants are non-negative,
+fitted on relative error (short decode steps weigh as much as long prefills) over the compute steps of every
+policy of the run, so all policies are priced by the same machine state. The fit's error is reported beside it.
 Torch-free.
 """
 
@@ -35,23 +39,34 @@ MIN_STEPS = 8  # fewer measured steps say nothing about four constants
 
 @dataclass(frozen=True)
 class StepShape:
-    """One measured compute step: sequences, tokens computed, attention pairs, seconds."""
+    """One measured compute step: sequences, tokens computed, attention pairs, seconds, KV reads."""
 
     seqs: int
-    tokens: int
+    tokens: float
     pairs: float
     seconds: float
     shared_pairs: float = 0.0  # the pairs over KV blocks an earlier sequence of the step reads too
+    reads: float = 0.0         # the KV tokens the step's sequences read, one read per sequence and token
+    shared_reads: float = 0.0  # the part of ``reads`` in blocks an earlier sequence of the step reads too
 
     @classmethod
     def from_trace(cls, trace: Sequence[tuple], seconds: float) -> "StepShape":
         """From a step's decision trace, ``(request_id, start, num_new_tokens, num_spec_tokens, shared_tokens)``
         per chunk: a chunk of ``n`` tokens from position ``start`` attends to ``n * (start + (n + 1) / 2)``
-        positions, ``n * shared_tokens`` of them shared (older traces have no fifth field: nothing shared)."""
+        positions and reads ``start + n`` KV tokens, ``shared_tokens`` of them shared (older traces have no
+        fifth field: nothing shared)."""
         tokens = sum(c[2] for c in trace)
         pairs = sum(c[2] * (c[1] + (c[2] + 1) / 2) for c in trace)
-        shared = sum(c[2] * c[4] for c in trace if len(c) > 4)
-        return cls(len(trace), tokens, pairs, seconds, shared)
+        reads = sum(c[1] + c[2] for c in trace)
+        shared = [(c[2], c[4]) for c in trace if len(c) > 4]
+        return cls(len(trace), tokens, pairs, seconds, sum(n * k for n, k in shared), reads,
+                   sum(k for _, k in shared))
+
+    def per_seq(self) -> "StepShape":
+        """One sequence's share of the step."""
+        n = self.seqs
+        return StepShape(1, self.tokens / n, self.pairs / n, self.seconds, self.shared_pairs / n,
+                         self.reads / n, self.shared_reads / n)
 
 
 @dataclass(frozen=True)
@@ -62,42 +77,66 @@ class LinearStepCost:
     per_pair_s: float
     steps: int = 0            # measured steps behind the fit
     mape: float = 0.0         # its mean absolute error relative to them
-    per_shared_pair_s: float | None = None  # None: shared pairs cost as others (a fit without sharing data)
+    per_shared_pair_s: float | None = None  # None: shared pairs cost as others (fits of reads leave it None)
+    per_read_s: float = 0.0   # 0: a fit of a run without reads in its traces (pairs carry the read)
+    per_shared_read_s: float | None = None  # None: shared reads cost as others (a fit without sharing data)
 
-    def step_time(self, seqs: float, tokens: float, pairs: float, shared_pairs: float = 0.0) -> float:
+    def step_time(self, seqs: float, tokens: float, pairs: float, shared_pairs: float = 0.0,
+                  reads: float = 0.0, shared_reads: float = 0.0) -> float:
         shared = self.per_pair_s if self.per_shared_pair_s is None else self.per_shared_pair_s
+        shared_read = self.per_read_s if self.per_shared_read_s is None else self.per_shared_read_s
         return (self.fixed_s + self.per_seq_s * seqs + self.per_token_s * tokens
-                + self.per_pair_s * (pairs - shared_pairs) + shared * shared_pairs)
+                + self.per_pair_s * (pairs - shared_pairs) + shared * shared_pairs
+                + self.per_read_s * (reads - shared_reads) + shared_read * shared_reads)
 
     def of(self, s: StepShape) -> float:
         """``step_time`` of a measured step's shape."""
-        return self.step_time(s.seqs, s.tokens, s.pairs, s.shared_pairs)
+        return self.step_time(s.seqs, s.tokens, s.pairs, s.shared_pairs, s.reads, s.shared_reads)
+
+    def decode_time(self, seqs: float, contexts: float) -> float:
+        """A decode step of ``seqs`` sequences reading ``contexts`` KV tokens in all (one token each)."""
+        return self.step_time(seqs, seqs, contexts, reads=contexts)
 
     def scaled(self, scale: float, steps: int, mape: float) -> "LinearStepCost":
         """Every price times ``scale``."""
-        shared = None if self.per_shared_pair_s is None else self.per_shared_pair_s * scale
+        def times(x: float | None) -> float | None:
+            return None if x is None else x * scale
+
         return LinearStepCost(self.fixed_s * scale, self.per_seq_s * scale, self.per_token_s * scale,
-                              self.per_pair_s * scale, steps=steps, mape=mape, per_shared_pair_s=shared)
+                              self.per_pair_s * scale, steps=steps, mape=mape,
+                              per_shared_pair_s=times(self.per_shared_pair_s), per_read_s=self.per_read_s * scale,
+                              per_shared_read_s=times(self.per_shared_read_s))
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def fit(cls, steps: Sequence[StepShape]) -> "LinearStepCost":
-        """Non-negative least squares on relative error over ``steps`` (at least ``MIN_STEPS``)."""
+        """Non-negative least squares on relative error over ``steps`` (at least ``MIN_STEPS``). Steps with reads
+        price sharing on the reads; steps without (an old report's) on the pairs; a sharing column the steps
+        never fill is left out (its price is then the unshared one's)."""
         usable = [s for s in steps if s.seqs > 0 and s.seconds > 0]
         if len(usable) < MIN_STEPS:
             raise ValueError(f"a step-cost fit needs at least {MIN_STEPS} measured steps, got {len(usable)}")
-        sharing = any(s.shared_pairs > 0 for s in usable)  # else the fifth column is all zeros: left out
-        x = np.array([(1.0, s.seqs, s.tokens, s.pairs - s.shared_pairs, s.shared_pairs)[:5 if sharing else 4]
-                      for s in usable])
+        columns = {"fixed_s": [1.0] * len(usable), "per_seq_s": [float(s.seqs) for s in usable],
+                   "per_token_s": [float(s.tokens) for s in usable]}
+        if any(s.reads > 0 for s in usable):
+            columns |= {"per_pair_s": [s.pairs for s in usable],
+                        "per_read_s": [s.reads - s.shared_reads for s in usable],
+                        "per_shared_read_s": [s.shared_reads for s in usable]}
+        else:
+            columns |= {"per_pair_s": [s.pairs - s.shared_pairs for s in usable],
+                        "per_shared_pair_s": [s.shared_pairs for s in usable]}
+        names = [k for k, v in columns.items() if "shared" not in k or any(x > 0 for x in v)]
+        x = np.array([columns[k] for k in names]).T
         t = np.array([s.seconds for s in usable])
         scale = np.maximum(x.max(axis=0), 1e-12)  # columns on one scale, so the solver's conditioning is sane
         coef = nnls(x / scale / t[:, None], np.ones_like(t)) / scale
         mape = float(np.mean(np.abs(x @ coef - t) / t))
-        fixed, per_seq, per_token, per_pair = (float(c) for c in coef[:4])
-        return cls(fixed, per_seq, per_token, per_pair, steps=len(usable), mape=mape,
-                   per_shared_pair_s=float(coef[4]) if sharing else None)
+        prices = {k: float(c) for k, c in zip(names, coef)}
+        return cls(prices["fixed_s"], prices["per_seq_s"], prices["per_token_s"], prices["per_pair_s"],
+                   steps=len(usable), mape=mape, per_shared_pair_s=prices.get("per_shared_pair_s"),
+                   per_read_s=prices.get("per_read_s", 0.0), per_shared_read_s=prices.get("per_shared_read_s"))
 
 
 def lower_envelope(steps: Sequence[StepShape], rounds: int = 3) -> LinearStepCost:
@@ -130,10 +169,9 @@ def lone_envelope(steps: Sequence[StepShape]) -> LinearStepCost | None:
     if len(lone) < MIN_STEPS:
         return None
     fit = lower_envelope(lone)
-    ratios = [s.seconds / fit.step_time(1, s.tokens / s.seqs, s.pairs / s.seqs)
-              for s in steps if s.seqs > 1 and s.seconds > 0]
+    ratios = [s.seconds / fit.of(s.per_seq()) for s in steps if s.seqs > 1 and s.seconds > 0]
     scale = min([1.0, *ratios])
-    mape = sum(s.seconds / (scale * fit.step_time(1, s.tokens, s.pairs)) - 1.0 for s in lone) / len(lone)
+    mape = sum(s.seconds / (scale * fit.of(s)) - 1.0 for s in lone) / len(lone)
     return fit.scaled(scale, len(lone), mape)
 
 

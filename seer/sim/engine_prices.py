@@ -2,7 +2,8 @@
 
 Why a fit of the run and not the roofline: a replay must answer "given these decisions, what would the engine have
 taken", so each step is priced as the engine's own steps were measured in that run (``LinearStepCost``, fitted on
-every compute step of every policy: ``fixed + per_seq * B + per_token * N + per_pair * P``), a KV transfer at the
+every compute step of every policy: ``fixed + per_seq * B + per_token * N + per_pair * P + per_read * R``), a KV
+transfer at the
 seconds per byte the run's transfers took, and drafting at the seconds per drafting request the run's drafting
 took. The step shape is counted exactly as the fit counted it (``StepShape.from_trace``), so a run priced by
 this model replays to the same makespan (``tests/sim/test_replay.py``). Torch-free.
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from seer.engine.scheduler import SchedulerOutput
-from seer.rollout.step_cost import LinearStepCost
+from seer.rollout.step_cost import LinearStepCost, StepShape
 from seer.sim.cost_model import CostModel
 from seer.sim.hardware import InstanceSpec, get_accelerator, get_model
 
@@ -66,19 +67,18 @@ class FittedCost(CostModel):
         self.prices = prices
 
     def decode_time(self, num_seqs: int, num_tokens: float, context_tokens: float, attn_pairs: float) -> float:
-        return self.prices.step.step_time(num_seqs, num_tokens, attn_pairs) if num_seqs > 0 else 0.0
+        """``context_tokens``: the KV the sequences read (each once, however many tokens it computes)."""
+        return self.prices.step.step_time(num_seqs, num_tokens, attn_pairs, reads=context_tokens) \
+            if num_seqs > 0 else 0.0
 
     def price(self, out: SchedulerOutput, quantum: int = 1) -> float:
-        """The step as the fit measured steps: a chunk of ``n`` tokens from ``start`` attends to
-        ``n * (start + (n + 1) / 2)`` positions, ``n * shared_tokens`` of them in blocks a sibling reads too."""
+        """The step as the fit measured steps (``StepShape.from_trace`` of the same chunks)."""
         if quantum != 1:
             raise ValueError("engine prices replay real tokens (token quantum 1)")
         if not out.chunks:
             return 0.0
-        tokens = sum(c.num_new_tokens for c in out.chunks)
-        pairs = sum(c.num_new_tokens * (c.start + (c.num_new_tokens + 1) / 2) for c in out.chunks)
-        shared = sum(c.num_new_tokens * c.shared_tokens for c in out.chunks)
-        return self.prices.step.step_time(len(out.chunks), tokens, pairs, shared)
+        trace = [(None, c.start, c.num_new_tokens, 0, c.shared_tokens) for c in out.chunks]
+        return self.prices.step.of(StepShape.from_trace(trace, 0.0))
 
     def transfer_time(self, nbytes: float) -> float:
         return nbytes * self.prices.kv_s_per_byte if nbytes > 0 else 0.0

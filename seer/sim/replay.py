@@ -73,10 +73,12 @@ def engine_facts(model: Path, engine: EngineConfig) -> dict[str, Any]:
 
 def profile_from_fit(fit: LinearStepCost, context: float = 128.0) -> VerifyCostModel:
     """The verify table the engine's profiler measures (batches 1/4/16, 1/3/9 tokens), priced by ``fit`` at a
-    ``context``-token context, with its per-pair slope: for reports that did not record the profile."""
+    ``context``-token context, with its per-pair and per-read slopes: for reports that did not record the
+    profile."""
     batches, tokens = [1, 4, 16], [1, 3, 9]
-    times = [[fit.step_time(b, b * n, b * n * context) for n in tokens] for b in batches]
-    return VerifyCostModel(batches, tokens, times, 0.0, pair_s=fit.per_pair_s, context=context)
+    times = [[fit.step_time(b, b * n, b * n * context, reads=b * context) for n in tokens] for b in batches]
+    return VerifyCostModel(batches, tokens, times, 0.0, pair_s=fit.per_pair_s, context=context,
+                           read_s=fit.per_read_s)
 
 
 def _namespace(recorded: dict[str, Any]) -> argparse.Namespace:

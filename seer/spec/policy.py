@@ -48,14 +48,16 @@ class VerifyCostModel:
     """Step time ``T(B, n)`` of a batch of ``B`` sequences with ``n`` tokens each (``n = 1``: plain decode), from
     a measured table, bilinear in between. The engine fills it by profiling (``to_profile`` round-trips).
 
-    The table is measured at one short ``context``; a token computed at a longer context also attends to the
-    difference, ``pair_s`` seconds per (token, context token) pair. A rollout's long responses
-    decode at contexts of hundreds to thousands of tokens, where a draft token costs several times what the
-    table says: priced at the table's context, drafting looks cheap exactly where it is dearest."""
+    The table is measured at one short ``context``. A sequence at a longer context reads the difference once
+    per step, ``read_s`` seconds per KV token, and each token it computes also attends to it, ``pair_s`` seconds
+    per (token, context token) pair. A rollout's long responses decode at contexts of hundreds to thousands of
+    tokens, where both matter: without the pairs drafting looks cheap where it is dear; with the read charged
+    per token instead of per sequence (one slope for both), a plain step looks cheap and a draft token dear,
+    by ~4x on the Xeon, so long contexts were left undrafted."""
 
     def __init__(self, batch_sizes: Sequence[int], tokens_per_seq: Sequence[int],
                  times_s: Sequence[Sequence[float]], draft_s_per_request: float = 0.0, pair_s: float = 0.0,
-                 context: float = 0.0) -> None:
+                 context: float = 0.0, read_s: float = 0.0) -> None:
         if not batch_sizes or not tokens_per_seq:
             raise ValueError("the cost table needs at least one batch size and one tokens_per_seq")
         if list(batch_sizes) != sorted(set(batch_sizes)) or list(tokens_per_seq) != sorted(set(tokens_per_seq)):
@@ -66,13 +68,14 @@ class VerifyCostModel:
             raise ValueError("times_s must be a len(batch_sizes) x len(tokens_per_seq) table")
         if any(t <= 0 for row in times_s for t in row) or draft_s_per_request < 0:
             raise ValueError("step times must be > 0 and draft_s_per_request >= 0")
-        if pair_s < 0 or context < 0:
-            raise ValueError("pair_s and context must be >= 0")
+        if pair_s < 0 or context < 0 or read_s < 0:
+            raise ValueError("pair_s, read_s and context must be >= 0")
         self.batch_sizes = [float(b) for b in batch_sizes]
         self.tokens_per_seq = [float(n) for n in tokens_per_seq]
         self.times_s = [[float(t) for t in row] for row in times_s]
         self.draft_s_per_request = draft_s_per_request
         self.pair_s = pair_s
+        self.read_s = read_s
         self.context = context
         self._floor_s = 0.01 * min(min(r) for r in self.times_s)  # step_time's floor (the table is fixed)
 
@@ -82,14 +85,14 @@ class VerifyCostModel:
         try:
             return cls(profile["batch_sizes"], profile["tokens_per_seq"], profile["times_s"],
                        profile.get("draft_s_per_request", 0.0), profile.get("pair_s", 0.0),
-                       profile.get("context", 0.0))
+                       profile.get("context", 0.0), profile.get("read_s", 0.0))
         except KeyError as exc:
             raise ValueError(f"cost profile lacks {exc.args[0]!r}") from None
 
     def to_profile(self) -> dict:
         return {"batch_sizes": [int(b) for b in self.batch_sizes], "tokens_per_seq": [int(n) for n in
                 self.tokens_per_seq], "times_s": self.times_s, "draft_s_per_request": self.draft_s_per_request,
-                "pair_s": self.pair_s, "context": self.context}
+                "pair_s": self.pair_s, "context": self.context, "read_s": self.read_s}
 
     def row_for_batch(self, batch: float) -> list[float]:
         """``T(batch, n)`` for every profiled ``n`` (interpolated in B)."""
@@ -241,7 +244,7 @@ class SpecPolicy:
                                       context=max(0.0, r.context - floor), probe=r.is_probe,
                                       critical=r.critical, weight=r.weight))
         row = cost.row_for_batch(n)
-        plain = cost.step_time(n, 1, row) + cost.pair_s * sum(c.context for c in classes)
+        plain = cost.step_time(n, 1, row) + (cost.read_s + cost.pair_s) * sum(c.context for c in classes)
 
         def price(tokens: int, context: float, drafting: int) -> float:
             """The plain step at the batch's contexts, plus ``tokens`` draft tokens attending to ``context``

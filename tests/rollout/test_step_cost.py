@@ -110,9 +110,34 @@ def test_fit_prices_shared_pairs_apart_from_private_ones():
     assert TRUE.step_time(4, 4, 4000, 3000) == TRUE.step_time(4, 4, 4000)
 
 
-def test_a_trace_with_shared_tokens_counts_shared_pairs():
+def test_a_trace_with_shared_tokens_counts_shared_pairs_and_reads():
     shape = StepShape.from_trace([(1, 20, 1, 0, 0), (2, 20, 3, 2, 16)], 0.1)
     assert shape.shared_pairs == 3 * 16 and shape.pairs == 21 + 3 * 22
+    assert shape.reads == 21 + 23 and shape.shared_reads == 16  # each sequence reads its KV once
+
+
+def _read_steps(truth: LinearStepCost, n: int) -> list[StepShape]:
+    """Decode and verify steps of siblings, traced as the engine traces them."""
+    rng = random.Random(2)
+    steps = []
+    for _ in range(n):
+        seqs, ctx, per = rng.randint(1, 16), rng.randint(50, 1500), rng.choice([1, 1, 3, 9])
+        shared = rng.choice([0, ctx // 2])
+        trace = [(i, ctx, per, per - 1, shared if i else 0) for i in range(seqs)]
+        steps.append(StepShape.from_trace(trace, truth.of(StepShape.from_trace(trace, 1.0))))
+    return steps
+
+
+def test_fit_prices_reads_apart_from_pairs():
+    """A sequence reads its context once per step however many tokens it computes: the fit tells the read from
+    the pairs by the verify steps, so a draft token is not charged the read (decode alone cannot tell them)."""
+    truth = LinearStepCost(0.004, 0.001, 0.0005, 0.6e-6, per_read_s=4e-6, per_shared_read_s=1e-6)
+    fit = LinearStepCost.fit(_read_steps(truth, 300))
+    assert fit.per_read_s == pytest.approx(4e-6, rel=1e-4) and fit.per_pair_s == pytest.approx(0.6e-6, rel=1e-4)
+    assert fit.per_shared_read_s == pytest.approx(1e-6, rel=1e-4) and fit.per_shared_pair_s is None
+    assert fit.decode_time(2, 1000) == pytest.approx(truth.step_time(2, 2, 1000, reads=1000))
+    assert lower_envelope(_read_steps(truth, 300)).per_read_s == pytest.approx(4e-6, rel=1e-3)
+    assert truth.scaled(2.0, 1, 0.0).per_shared_read_s == pytest.approx(2e-6)
 
 
 def test_measured_steps_take_drafting_and_kv_out_and_skip_empty_steps():

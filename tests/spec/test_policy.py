@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seer.engine.profiler import pair_cost
+from seer.engine.profiler import context_costs
 from seer.spec.policy import AcceptanceTracker, PolicyConfig, PolicyRequest, SpecPolicy, VerifyCostModel, t_sd
 
 BATCHES = [1, 4, 16, 64, 256]
@@ -29,9 +29,12 @@ def test_interpolation_and_profile_round_trip() -> None:
     assert again.step_time(2.5, 4) == pytest.approx(cost.step_time(2.5, 4))
 
 
-def test_pair_cost_is_the_long_context_slope() -> None:
-    assert pair_cost([1.0, 1.1, 1.3], [1.0, 1.2, 1.75], 100, 600) == pytest.approx(0.45 / (9 * 500))
-    assert pair_cost([1.0, 1.1, 1.3], [1.0, 1.1, 1.2], 100, 600) == 0.0  # noise never makes context cheaper
+def test_context_costs_split_the_read_from_the_pairs() -> None:
+    """A plain step pays one read and one pair per extra context token, a 9-token verify one read and nine."""
+    read, pair = context_costs([1.0, 1.1, 1.3], [1.3, 1.5, 2.1], 100, 600)
+    assert pair == pytest.approx((0.8 - 0.3) / 8 / 500) and read == pytest.approx(0.3 / 500 - pair)
+    assert context_costs([1.0, 1.1, 1.3], [1.0, 1.1, 1.2], 100, 600) == (0.0, 0.0)  # noise never makes it cheaper
+    assert context_costs([1.0, 1.1, 1.3], [1.5, 1.6, 1.8], 100, 600) == (pytest.approx(0.001), 0.0)
 
 
 def test_drafts_are_priced_at_the_batch_contexts() -> None:
@@ -52,6 +55,25 @@ def test_drafts_are_priced_at_the_batch_contexts() -> None:
     assert trained(short).plan(far)[0] > 0
     assert trained(long).plan(far)[0] < trained(short).plan(far)[0]
     assert trained(long).plan([PolicyRequest(0, "g", context=128)])[0] > 0  # at the table's context it pays
+
+
+def test_a_long_read_makes_drafting_pay() -> None:
+    """The read of a long context is paid once per sequence and step, however many tokens it computes: the
+    dearer it makes a plain step, the more a draft token (which shares it) is worth. Charged per pair instead,
+    the same context makes drafting look dear."""
+    table = [[0.050, 0.060], [0.080, 0.140]]
+
+    def gamma(cost: VerifyCostModel) -> int:
+        policy = SpecPolicy(cost)
+        for k in range(40):
+            policy.observe(0, "g", 4, k % 2)  # acceptance ~1/3
+        assert 0.25 < policy.tracker.accept(0, "g") < 0.4
+        return policy.plan([PolicyRequest(j, "g", context=2128) for j in range(4)])[0]
+
+    as_pairs = VerifyCostModel([1, 4], [1, 9], table, pair_s=5e-6, context=128)
+    as_reads = VerifyCostModel([1, 4], [1, 9], table, pair_s=0.5e-6, context=128, read_s=4.5e-6)
+    assert VerifyCostModel.from_profile(as_reads.to_profile()).read_s == 4.5e-6
+    assert gamma(as_pairs) == 0 and gamma(as_reads) > 0
 
 
 def test_t_sd_matches_design_formula() -> None:
