@@ -40,7 +40,7 @@ TOKENS_PER_SEQ = (1, 3, 9)
 MIN_CONTEXT = 16  # shortest context worth measuring
 LONG_CONTEXT = 1024  # one sequence is measured here too: the cost of a longer context (read_s, pair_s)
 GROWTH = 48  # KV tokens a measured sequence may grow by (its outputs plus the largest verify step)
-PROFILE_METHOD = 4  # in the cache key: profiles measured another way are measured again
+PROFILE_METHOD = 5  # in the cache key: profiles measured another way are measured again
 
 
 def _kernel_source_hash() -> str | None:
