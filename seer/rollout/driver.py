@@ -305,7 +305,7 @@ class RolloutDriver:
         self.busy[iid].append((start, start + rep.duration_s))
         self.step_costs[iid].append((rep.draft_s, rep.kv_s))
         self.decisions[iid].append(rep.trace)
-        if self.buffer.critical is not None:
+        if self.buffer.critical is not None and self.buffer.critical.companions:  # else the fit is never read
             self.buffer.critical.measured.add(rep.trace, rep.duration_s - rep.draft_s - rep.kv_s)
         self.counters.steps += 1
         self.counters.preemptions += rep.preemptions

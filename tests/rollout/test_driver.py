@@ -183,7 +183,8 @@ def test_chunks_of_a_critical_request_are_marked_and_no_other():
     gs = [GroupInput((1, 2, 3, 4 + i), 4, SamplingParams(temperature=0, max_tokens=200), key=f"p{i}",
                      true_lengths=n, stop_lengths=n) for i, n in enumerate(lengths)]
     insts = [RecordingInstance(i, num_blocks=256) for i in range(3)]
-    drv = RolloutDriver(get_policy("oracle+critical"), insts, gs, chunk_tokens=8, critical_speedup=lambda b: b)
+    drv = RolloutDriver(get_policy("oracle+critical"), insts, gs, chunk_tokens=8, critical_speedup=lambda b: b,
+                        critical_companions=1)
     res = drv.run()
     drv.buffer.check_integrity()
     marked = {(rid, iid) for rid, iid, critical in RecordingInstance.chunks if critical}
@@ -191,3 +192,13 @@ def test_chunks_of_a_critical_request_are_marked_and_no_other():
     assert marked and {rid for rid, _ in marked} == {longest}
     assert res.stats["critical_isolated"] >= 1
     assert drv.buffer.critical.measured.seen == sum(len(t) for t in drv.decisions.values())  # every step fed
+
+
+def test_steps_are_not_fitted_where_no_companion_is_allowed():
+    FakeInstance.shared_pool = {}
+    gs = [GroupInput((1, 2, 3, 4 + i), 4, SamplingParams(temperature=0, max_tokens=64), key=f"p{i}",
+                     true_lengths=(64, 8, 8, 8), stop_lengths=(64, 8, 8, 8)) for i in range(3)]
+    drv = RolloutDriver(get_policy("oracle+critical"), [FakeInstance(i, num_blocks=256) for i in range(3)], gs,
+                        chunk_tokens=8, critical_speedup=lambda b: b)
+    drv.run()
+    assert drv.buffer.critical.measured.seen == 0
