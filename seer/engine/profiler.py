@@ -38,9 +38,10 @@ BATCH_SIZES = (1, 4, 16, 48)  # larger batches extrapolate linearly: a step is c
 # interpolate the rest; every point measured adds to a first run's wait (timings: benchmarks/README.md)
 TOKENS_PER_SEQ = (1, 3, 9)
 MIN_CONTEXT = 16  # shortest context worth measuring
-LONG_CONTEXT = 1024  # one sequence is measured here too: the cost of a longer context (read_s, pair_s)
+LONG_CONTEXT = 2048  # one sequence is measured here too: the cost of a longer context (read_s, pair_s)
+SLOPE_REPEATS = 8  # its steps differ by a few ms in ~60 (the read of a CPU at 2,000 tokens): more repeats
 GROWTH = 48  # KV tokens a measured sequence may grow by (its outputs plus the largest verify step)
-PROFILE_METHOD = 5  # in the cache key: profiles measured another way are measured again
+PROFILE_METHOD = 6  # in the cache key: profiles measured another way are measured again
 
 
 def _kernel_source_hash() -> str | None:
@@ -136,11 +137,13 @@ def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 2,
     try:
         _measure_batch(engine, *plan[0], 1, rng)  # warm-up
         table = [_measure_batch(engine, b, ctx, repeats, rng, lambda: bar.update(1)) for b, ctx in plan]
-        far = _measure_batch(engine, 1, long, 2 * repeats, rng) if long > 2 * plan[0][1] else None
+        slopes = None
+        if long > 2 * plan[0][1]:  # one sequence, both ends timed alike
+            slopes = [_measure_batch(engine, 1, ctx, SLOPE_REPEATS, rng) for ctx in (plan[0][1], long)]
     finally:
         bar.close()
         engine.speculator = saved
-    read_s, pair_s = (0.0, 0.0) if far is None else context_costs(table[0], far, plan[0][1], long)
+    read_s, pair_s = (0.0, 0.0) if slopes is None else context_costs(*slopes, plan[0][1], long)
     model = VerifyCostModel([b for b, _ in plan], TOKENS_PER_SEQ, monotone(table), pair_s=pair_s,
                             context=plan[0][1], read_s=read_s)
     if path is not None:

@@ -29,12 +29,14 @@ def test_profile_measures_batches_beyond_the_full_context_fit(tiny_llama, tmp_pa
     # a batch's sequences share one prompt: computed once, plus the block of its last token for each other one
     plan = profile_plan(136, 16, 256, 128)
     shared = sum(ctx + (b - 1) * 16 for b, ctx in plan) + plan[0][1]  # (the warm-up is the first batch again)
-    long = min(LONG_CONTEXT, engine.scheduler.config.max_model_len) - GROWTH  # prices attention to long contexts
-    assert engine.stats.prompt_tokens_computed == shared + long and shared < sum(b * ctx for b, ctx in plan)
-    assert cost.context == plan[0][1] and cost.pair_s >= 0
+    # one sequence at the table's context and a long one prices the longer contexts
+    long = min(LONG_CONTEXT, 136 * 16, engine.scheduler.config.max_model_len) - GROWTH
+    assert engine.stats.prompt_tokens_computed == shared + plan[0][1] + long
+    assert shared < sum(b * ctx for b, ctx in plan)
+    assert cost.context == plan[0][1] and cost.pair_s >= 0 and cost.read_s >= 0
     assert all(a <= b for row in cost.times_s for a, b in zip(row, row[1:]))
     assert all(a <= b for col in zip(*cost.times_s) for a, b in zip(col, col[1:]))
     assert not engine.has_unfinished() and engine.block_manager.num_free_blocks == 136
     engine.block_manager.check_integrity()
     again = profile_verify_cost(engine, repeats=1, cache_dir=tmp_path)  # from the cache
-    assert again.times_s == cost.times_s and again.pair_s == cost.pair_s
+    assert again.times_s == cost.times_s and again.pair_s == cost.pair_s and again.read_s == cost.read_s
