@@ -137,13 +137,14 @@ def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 2,
     try:
         _measure_batch(engine, *plan[0], 1, rng)  # warm-up
         table = [_measure_batch(engine, b, ctx, repeats, rng, lambda: bar.update(1)) for b, ctx in plan]
-        slopes = None
+        slopes: tuple[list[float], list[float]] | None = None
         if long > 2 * plan[0][1]:  # one sequence, both ends timed alike
-            slopes = [_measure_batch(engine, 1, ctx, SLOPE_REPEATS, rng) for ctx in (plan[0][1], long)]
+            slopes = (_measure_batch(engine, 1, plan[0][1], SLOPE_REPEATS, rng),
+                      _measure_batch(engine, 1, long, SLOPE_REPEATS, rng))
     finally:
         bar.close()
         engine.speculator = saved
-    read_s, pair_s = (0.0, 0.0) if slopes is None else context_costs(*slopes, plan[0][1], long)
+    read_s, pair_s = (0.0, 0.0) if slopes is None else context_costs(slopes[0], slopes[1], plan[0][1], long)
     model = VerifyCostModel([b for b, _ in plan], TOKENS_PER_SEQ, monotone(table), pair_s=pair_s,
                             context=plan[0][1], read_s=read_s)
     if path is not None:
