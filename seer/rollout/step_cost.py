@@ -34,7 +34,7 @@ import numpy as np
 
 from seer.utils.nnls import nnls
 
-MIN_STEPS = 8  # fewer measured steps say nothing about four constants
+MIN_STEPS = 8  # fewer measured steps say nothing about four to six constants
 
 
 @dataclass(frozen=True)
