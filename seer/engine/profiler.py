@@ -39,7 +39,7 @@ BATCH_SIZES = (1, 4, 16, 48)  # larger batches extrapolate linearly: a step is c
 TOKENS_PER_SEQ = (1, 3, 9)
 MIN_CONTEXT = 16  # shortest context worth measuring
 LONG_CONTEXT = 2048  # one sequence is measured here too: the cost of a longer context (read_s, pair_s)
-SLOPE_REPEATS = 8  # its steps differ by a few ms in ~60 (the read of a CPU at 2,000 tokens): more repeats
+SLOPE_REPEATS = 8  # the long step differs from the short by a few percent of a step: more repeats than the table
 GROWTH = 48  # KV tokens a measured sequence may grow by (its outputs plus the largest verify step)
 PROFILE_METHOD = 6  # in the cache key: profiles measured another way are measured again
 

@@ -12,13 +12,12 @@ attends to (its position), ``R`` the sum over sequences of the context read (its
 ``R`` in KV blocks an earlier sequence of the step also reads (siblings' shared prompt). On a CPU and at the small
 batches of a rollout, linear layers cost per token, attention per (token, context) pair and reading the KV once
 per sequence; the fixed part is the weights streamed and the host's per-step work. Reads and pairs are apart
-because a sequence's draft tokens share its read: on the Xeon, one sequence's decode costs ~4 us more per context
-token, each of its draft tokens only ~0.65 us more (benchmarks/README.md, "Reads apart from pairs"); one slope
-for both charged a draft token the whole read. A shared read is cheaper: the kernel runs siblings back to back
-and finds their prompt's blocks in cache (benchmarks/README.md, "Siblings' shared KV in the step price").
-Without the split, a fit over a run whose policies share differently (veRL keeps a group on one instance,
-divided rollout spreads it) overprices the one and underprices the other. Decode steps alone cannot tell reads
-from pairs (one token each: ``R = P``); prefill chunks and verify steps can. The constants are non-negative,
+because a sequence's draft tokens share its read, which costs several times a pair (benchmarks/README.md, "Reads
+apart from pairs"); one slope for both charged a draft token the whole read. A shared read is cheaper: the kernel
+runs siblings back to back and finds their prompt's blocks in cache (benchmarks/README.md, "Siblings' shared KV in
+the step price"). Without the split, a fit over a run whose policies share differently (veRL keeps a group on one
+instance, divided rollout spreads it) overprices the one and underprices the other. Decode steps alone cannot tell
+reads from pairs (one token each: ``R = P``); prefill chunks and verify steps can. The constants are non-negative,
 fitted on relative error (short decode steps weigh as much as long prefills) over the compute steps of every
 policy of the run, so all policies are priced by the same machine state. The fit's error is reported beside it.
 Torch-free.

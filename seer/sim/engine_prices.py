@@ -3,10 +3,9 @@
 Why a fit of the run and not the roofline: a replay must answer "given these decisions, what would the engine have
 taken", so each step is priced as the engine's own steps were measured in that run (``LinearStepCost``, fitted on
 every compute step of every policy: ``fixed + per_seq * B + per_token * N + per_pair * P + per_read * R``), a KV
-transfer at the
-seconds per byte the run's transfers took, and drafting at the seconds per drafting request the run's drafting
-took. The step shape is counted exactly as the fit counted it (``StepShape.from_trace``), so a run priced by
-this model replays to the same makespan (``tests/sim/test_replay.py``). Torch-free.
+transfer at the seconds per byte the run's transfers took, and drafting at the seconds per drafting request the
+run's drafting took. The step shape is counted exactly as the fit counted it (``StepShape.from_trace``), so a run
+priced by this model replays to the same makespan (``tests/sim/test_replay.py``). Torch-free.
 """
 
 from __future__ import annotations

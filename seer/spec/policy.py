@@ -53,7 +53,7 @@ class VerifyCostModel:
     per (token, context token) pair. A rollout's long responses decode at contexts of hundreds to thousands of
     tokens, where both matter: without the pairs drafting looks cheap where it is dear; with the read charged
     per token instead of per sequence (one slope for both), a plain step looks cheap and a draft token dear,
-    by ~4x on the Xeon, and long contexts go undrafted."""
+    and long contexts go undrafted (benchmarks/README.md, "Reads apart from pairs")."""
 
     def __init__(self, batch_sizes: Sequence[int], tokens_per_seq: Sequence[int],
                  times_s: Sequence[Sequence[float]], draft_s_per_request: float = 0.0, pair_s: float = 0.0,
