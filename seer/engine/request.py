@@ -55,6 +55,9 @@ class Request:
     error: str | None = None
     chunk_end: int | None = None  # divided rollout: pause once this many output tokens exist
     reserve_tokens: int = 0       # KV slots to reserve at admission (a whole chunk: no preemption later)
+    # divided rollout with part of the chunk reserved: where the instance's KV runs out, the chunk ends early (its
+    # KV kept) instead of the request being preempted
+    pause_when_full: bool = False
     probe: bool = False           # the group's probe request (served first, drafts get priority)
     remaining_hint: float | None = None  # the rollout's estimate of tokens still to generate (draft priority)
     critical: bool = False        # the rollout gave it an instance of its own: its steps come first in drafting

@@ -94,6 +94,12 @@ class SchedulerStats:
     history_steps: int = 0
 
 
+def _drop_draft(req: Request) -> None:
+    req.spec_token_ids = []
+    req.spec_parents = None
+    req.spec_source = ""
+
+
 class Scheduler:
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
         self.config = config
@@ -181,6 +187,9 @@ class Scheduler:
             if n <= 0:
                 i += 1
                 continue
+            if req.pause_when_full and req.spec_token_ids and not self.block_manager.can_allocate(req, n):
+                _drop_draft(req)  # its draft finds no KV: it decodes one token, for which a block was kept
+                n = min(req.num_tokens_with_spec - req.num_computed_tokens, budget)
             while not self.block_manager.can_allocate(req, n):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -281,9 +290,7 @@ class Scheduler:
         req.max_computed_tokens = max(req.max_computed_tokens, req.num_computed_tokens)
         req.reprefill_reason = None
         req.num_computed_tokens = 0
-        req.spec_token_ids = []
-        req.spec_parents = None
-        req.spec_source = ""
+        _drop_draft(req)
         req.num_preemptions += 1
         req.status = RequestStatus.WAITING
         self.stats.preemptions += 1
@@ -308,9 +315,7 @@ class Scheduler:
                 continue
             self._record_spec(chunk, res, req.spec_source)
             req.num_computed_tokens = real_end + res.num_accepted_spec
-            req.spec_token_ids = []
-            req.spec_parents = None
-            req.spec_source = ""
+            _drop_draft(req)
             for tok, lp in zip(res.token_ids, res.logprobs):
                 req.append_output(tok, lp)
                 self.stats.output_tokens += 1
@@ -327,7 +332,35 @@ class Scheduler:
             elif req.chunk_end is not None and req.num_output_tokens >= req.chunk_end:
                 self._pause(req)
                 finished.append(req)
+        self._end_chunks_out_of_kv(finished)
         return finished
+
+    def pending_blocks(self) -> int:
+        """Blocks the waiting requests' admission will take (their reserve, else their context)."""
+        bm = self.block_manager
+        return sum(max(0, bm.blocks_needed(max(r.reserve_tokens, r.num_tokens)) - len(r.block_ids))
+                   for r in self.waiting)
+
+    def _end_chunks_out_of_kv(self, stopped: list[Request]) -> None:
+        """A running ``pause_when_full`` request whose next token needs a block the instance no longer has (besides
+        those the waiting requests were admitted with) ends its chunk now, its KV kept: it continues from the
+        request buffer, here or where KV is free, instead of being preempted into recomputing its context. Within
+        a step the older requests get the blocks left, as preemption would keep them."""
+        bm = self.block_manager
+        free = None
+        for req in list(self.running):
+            if not req.pause_when_full or req.num_computed_tokens != req.num_tokens - 1:
+                continue
+            need = bm.blocks_needed(req.num_tokens) - len(req.block_ids)
+            if need <= 0:
+                continue
+            if free is None:
+                free = bm.num_free_blocks - self.pending_blocks()
+            if need <= free:
+                free -= need
+            else:
+                self._pause(req)
+                stopped.append(req)
 
     def _pause(self, req: Request) -> None:
         self.running.remove(req)

@@ -44,6 +44,9 @@ def add_rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-affinity-spread", type=int, default=d.kv_affinity_spread,
                    help="resume a request where its KV is only while that instance runs at most this many more "
                         "requests than the least loaded one; -1: always")
+    p.add_argument("--chunk-reserve-tokens", type=int, default=d.chunk_reserve_tokens,
+                   help="KV a chunk reserves at admission, in tokens (a critical request's chunk: all of it); the "
+                        "rest is allocated as it runs and the chunk ends early where KV runs out; -1: whole chunks")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="most tokens a response may generate (default 256; a --trace: the trace's generation "
                         "limit, a field of it or the next power of two above its longest response, scaled with "
@@ -70,10 +73,12 @@ def length_scale_arg(text: str) -> float | str:
 
 def rollout_config(args: argparse.Namespace, policy: str, num_kv_blocks: int | None = None) -> RolloutConfig:
     spread = args.kv_affinity_spread
+    ahead = args.chunk_reserve_tokens
     engine = engine_config(args, num_kv_blocks=num_kv_blocks or args.num_kv_blocks, seed=args.seed)
     return RolloutConfig(policy=policy, instances=args.instances, backend=args.backend,
                          chunk_tokens=args.chunk_tokens, engine=engine, ordering=OrderingConfig(rank=args.context_rank),
-                         kv_affinity_spread=None if spread is None or spread < 0 else spread)
+                         kv_affinity_spread=None if spread is None or spread < 0 else spread,
+                         chunk_reserve_tokens=None if ahead is None or ahead < 0 else ahead)
 
 
 def build_groups(args: argparse.Namespace, model: Path) -> list:

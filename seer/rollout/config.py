@@ -43,6 +43,9 @@ class RolloutConfig:
     # a request's next chunk stays on the instance holding its KV only while that instance runs at most this
     # many more requests than the least loaded one (None: always); else it goes where dispatch puts it, KV moved
     kv_affinity_spread: int | None = 32
+    # divided rollout: a chunk reserves KV for this many of its tokens at admission (a critical request's chunk: all
+    # of them) and allocates the rest as it runs, ending early where the instance's KV runs out; None: whole chunks
+    chunk_reserve_tokens: int | None = 16
     # processes and Ray actors: a rollout in which no instance makes progress for this long is stalled (an error
     # with a diagnosis, never a hang)
     stall_timeout_s: float = 60.0
@@ -59,6 +62,8 @@ class RolloutConfig:
             raise ValueError(f"stall_timeout_s must be > 0, got {self.stall_timeout_s}")
         if self.kv_affinity_spread is not None and self.kv_affinity_spread < 0:
             raise ValueError(f"kv_affinity_spread must be >= 0 or None, got {self.kv_affinity_spread}")
+        if self.chunk_reserve_tokens is not None and self.chunk_reserve_tokens < 1:
+            raise ValueError(f"chunk_reserve_tokens must be >= 1 or None, got {self.chunk_reserve_tokens}")
         if self.pool_budget_gb <= 0:
             raise ValueError(f"pool_budget_gb must be > 0, got {self.pool_budget_gb}")
 
@@ -85,4 +90,5 @@ class RolloutConfig:
             speedup = batch_speedup(cost.batch_sizes, decode)
             companions = lone_companions(cost.batch_sizes, decode)
         return dict(ordering_config=self.ordering, affinity_spread=self.kv_affinity_spread,
-                    critical_speedup=speedup, critical_companions=companions)
+                    critical_speedup=speedup, critical_companions=companions,
+                    chunk_reserve_tokens=self.chunk_reserve_tokens)

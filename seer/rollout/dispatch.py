@@ -9,9 +9,12 @@ batch (docs/design.md). KV from the pool goes where any chunk would, not home: w
 would keep taking a long group's chunks in the tail while other instances idle. A holder (of KV or of a prompt)
 running more than ``affinity_spread`` requests beyond the least loaded live instance is overloaded: the least
 loaded instance takes the chunk if it fits there, since affinity alone lets the instances that happen to hold KV
-keep long queues while others idle. Admission is strict: a chunk goes only where its KV fits for the whole chunk
-(drafts stay inside the chunk, engine/speculator.py), so instances never preempt. Instances sit in heaps with lazy
-updates, so a round with k dispatches over N instances costs O(N + k log N). Torch-free.
+keep long queues while others idle. A chunk goes only where the KV of its first ``reserve_tokens`` tokens fits (a
+critical request's: the whole chunk, drafts included, engine/speculator.py); the rest is allocated as it runs, and
+where an instance's KV runs out a chunk ends early with its KV kept (engine/scheduler.py), so instances never
+preempt. Reserving every chunk whole would hold a block or more per running request that most never fill: on a
+memory-bound instance that is a fifth of its KV, and of its batch (benchmarks/README.md). Instances sit in heaps
+with lazy updates, so a round with k dispatches over N instances costs O(N + k log N). Torch-free.
 """
 
 from __future__ import annotations
@@ -36,6 +39,19 @@ class DispatchConfig:
     # ... and the requests a critical request's instance runs beside it at no cost to its step by the step profile
     # (lone_companions), until the rollout's own steps price them (critical_path.py)
     critical_companions: int = 0
+    # KV a chunk reserves at admission: this many of its tokens (a critical request's chunk: all of them), the
+    # rest allocated as it runs, ending the chunk early where the instance runs out; None reserves every chunk whole
+    reserve_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.reserve_tokens is not None and self.reserve_tokens < 1:
+            raise ValueError(f"DispatchConfig.reserve_tokens must be >= 1 or None, got {self.reserve_tokens}")
+
+
+def reserved_tokens(chunk: int, ahead: int | None, critical: bool) -> int:
+    """The tokens of a ``chunk``-token chunk whose KV admission reserves: all of a critical request's (it runs
+    alone, at the pace the rollout's end waits on, and must never stop for KV), else up to ``ahead``."""
+    return chunk if ahead is None or critical else min(chunk, ahead)
 
 
 class InstancePicker:
@@ -103,8 +119,13 @@ class InstancePicker:
     def exhausted(self) -> bool:
         return self._top() is None
 
+    def reserve_for(self, req: RolloutRequest, chunk: int) -> int:
+        """The tokens of ``req``'s next chunk whose KV its placement reserves (``reserved_tokens``)."""
+        return reserved_tokens(chunk, self._config.reserve_tokens, req.request_id in self._critical)
+
     def place(self, req: RolloutRequest, chunk: int) -> tuple[InstanceState, int] | None:
-        """Reserve room for the chunk and return (instance, blocks), or None if it fits nowhere now."""
+        """Reserve room for the chunk (``reserve_for`` of its tokens) and return (instance, blocks), or None if it
+        fits nowhere now."""
         own = self._critical.get(req.request_id)
         if own is not None:  # a critical request runs on its own instance or waits for it
             inst = self._by_id.get(own)
@@ -112,7 +133,8 @@ class InstancePicker:
                 return None
             need = chunk_blocks_needed(req, inst, chunk)
             return self._reserve(inst, need) if need <= inst.free_blocks else None
-        companion = self._companion_slot(req, chunk)
+        full, chunk = chunk, self.reserve_for(req, chunk)
+        companion = self._companion_slot(req, chunk, full)
         if companion is not None:
             return companion
         if req.kv_instance is None and not req.kv_in_pool:
@@ -146,16 +168,17 @@ class InstancePicker:
             )
         return None
 
-    def _companion_slot(self, req: RolloutRequest, chunk: int) -> tuple[InstanceState, int] | None:
+    def _companion_slot(self, req: RolloutRequest, chunk: int, full: int) -> tuple[InstanceState, int] | None:
         """A reserved instance with a companion place free, first: the chunk runs there at no cost to the
         critical request's step, so it is the cheapest place in the cluster. The place counts the critical request
-        as running (it is placed first each round), and the chunk must leave room for that request's next chunk."""
+        as running (it is placed first each round), and the chunk (``full`` tokens, ``chunk`` of them reserved)
+        must leave room for that request's next chunk."""
         for iid in sorted(self._reserved):
             inst, most = self._by_id[iid], self._companions.get(iid, 0)
             if not most or not inst.alive or not inst.has_slot or inst.running >= 1 + most:
                 continue
             need = chunk_blocks_needed(req, inst, chunk)
-            if need + blocks_for(chunk, inst.block_size) + 1 <= inst.free_blocks:
+            if need + blocks_for(full, inst.block_size) + 1 <= inst.free_blocks:
                 return self._reserve(inst, need)
         return None
 

@@ -6,8 +6,9 @@ Who calls ``on_step`` is the backend's business: a discrete-event loop on virtua
 process and the simulator (``virtual_time.py``, ``run``), or a loop over workers' reports on the wall clock.
 
 Policies: ``verl`` pins groups to instances up front and lets each engine batch and preempt; the divided
-policies run chunks of ``chunk_tokens``, reserve a chunk's KV at admission (no preemption) and keep a paused
-request's KV resident where it ran, moving it through the global KV pool only when its next chunk goes
+policies run chunks of ``chunk_tokens``, reserve the KV of a chunk's first ``chunk_reserve_tokens`` at admission
+(a chunk ends early where its instance's KV runs out: no preemption) and keep a paused request's KV resident
+where it ran, moving it through the global KV pool only when its next chunk goes
 elsewhere or its space is needed. Torch-free.
 
 Serving: an optional ``RolloutListener`` hears every chunk's new tokens and every finished group as they happen
@@ -24,7 +25,7 @@ import time
 from collections.abc import Iterable
 from typing import Callable
 
-from seer.rollout.dispatch import DispatchConfig
+from seer.rollout.dispatch import DispatchConfig, reserved_tokens
 from seer.rollout.instances.base import (
     ChunkEvent,
     ChunkStart,
@@ -63,7 +64,7 @@ class RolloutDriver:
                  fault: FaultPlan | None = None, draft_server=None,
                  listener: RolloutListener | None = None, affinity_spread: int | None = None,
                  critical_speedup: Callable[[float], float] | None = None, critical_companions: int = 0,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, chunk_reserve_tokens: int | None = None) -> None:
         """``seed``: responses sampled without a seed get one derived from it, their group and their index, so a
         response draws the same random numbers on whichever instance its chunks run and no two responses (on
         one instance or several) share a stream."""
@@ -83,7 +84,8 @@ class RolloutDriver:
         self.buffer = RequestBuffer(policy.ordering, chunk_tokens=chunk_tokens if policy.divided else None,
                                     dispatch=DispatchConfig(affinity_spread=affinity_spread,
                                                             critical_speedup=critical_speedup,
-                                                            critical_companions=critical_companions),
+                                                            critical_companions=critical_companions,
+                                                            reserve_tokens=chunk_reserve_tokens),
                                     ordering_config=ordering_config)
         self.specs: dict[int, RequestSpec] = {}
         self.results: dict[int, ResponseResult] = {}
@@ -179,8 +181,9 @@ class RolloutDriver:
         res.instance_history.append(a.instance_id)
         hint = self.buffer.ordering.remaining_hint(req, self.buffer.groups[req.group_id])
         critical = self.buffer.critical is not None and self.buffer.critical.instance_of.get(rid) == a.instance_id
+        reserve = (a.max_new_tokens if a.reserve_tokens is None else a.reserve_tokens) if self.policy.divided else None
         chunk = ChunkStart(a, self.specs[rid], tuple(res.token_ids), req.generated + a.max_new_tokens,
-                           reserve=self.policy.divided, remaining_hint=hint, critical=critical)
+                           reserve_tokens=reserve, remaining_hint=hint, critical=critical)
         try:
             self.instances[a.instance_id].start(chunk)
         except InstanceLost:
@@ -227,6 +230,8 @@ class RolloutDriver:
             return False
         self.buffer.ordering.requeue(head, self.buffer.groups[head.group_id])
         chunk = head.chunk_max_tokens(self.buffer.chunk_tokens)
+        critical = self.buffer.critical is not None and head.request_id in self.buffer.critical.instance_of
+        chunk = reserved_tokens(chunk, self.buffer.dispatch.reserve_tokens, critical)
         best = None
         for iid in sorted(self.alive):
             victims = [r for r in self._evictable(iid) if r != head.request_id]

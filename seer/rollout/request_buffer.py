@@ -134,7 +134,7 @@ class RequestBuffer:
             placed = picker.place(req, chunk)
             if placed is not None:
                 self.ordering.remove(req)
-                out.append(self._start(req, placed[0].instance_id, chunk, placed[1]))
+                out.append(self._start(req, placed[0].instance_id, chunk, placed[1], picker.reserve_for(req, chunk)))
         skipped: list[RolloutRequest] = []
         try:
             while (n is None or len(out) < n) and not picker.exhausted:
@@ -152,7 +152,7 @@ class RequestBuffer:
                     if len(skipped) > self.dispatch.max_skips:
                         break
                     continue
-                out.append(self._start(req, placed[0].instance_id, chunk, placed[1]))
+                out.append(self._start(req, placed[0].instance_id, chunk, placed[1], picker.reserve_for(req, chunk)))
         finally:
             for req in skipped:
                 self.ordering.requeue(req, self.groups[req.group_id])
@@ -211,9 +211,10 @@ class RequestBuffer:
             out.append(self._start(req, instance_of_group[req.group_id], chunk, 0))
         return out
 
-    def _start(self, req: RolloutRequest, instance_id: int, chunk: int, blocks: int) -> Assignment:
+    def _start(self, req: RolloutRequest, instance_id: int, chunk: int, blocks: int,
+               reserve: int | None = None) -> Assignment:
         source = self._kv_source(req, instance_id)
-        assignment = Assignment(req, instance_id, chunk, source, blocks)
+        assignment = Assignment(req, instance_id, chunk, source, blocks, reserve)
         self.kv_sources[source] += 1
         self.reprefill_tokens += assignment.reprefill_tokens
         if source is not KVSource.LOCAL and source is not KVSource.POOL:  # its prompt is prefilled there

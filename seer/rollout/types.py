@@ -156,6 +156,7 @@ class Assignment:
     max_new_tokens: int
     kv_source: KVSource
     blocks_reserved: int
+    reserve_tokens: int | None = None  # the chunk's tokens whose KV the placement reserved (None: all of them)
 
     @property
     def request_id(self) -> int:

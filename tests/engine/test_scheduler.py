@@ -141,6 +141,51 @@ def test_chunks_pause_keep_kv_and_resume():
     assert r.output_token_ids == reference(prompt, 20) and r.is_finished
 
 
+def test_chunk_short_of_kv_ends_early_instead_of_preempting():
+    """Chunks that reserved one block ahead fill the cache; those that then find no block for their next token end
+    their chunk early with their KV in place (nothing preempted, nothing recomputed), the older ones taking the
+    blocks a finished request freed first; resumed where the blocks exist, a request emits the uninterrupted
+    run's tokens."""
+    s = make(num_blocks=12, block_size=4, max_num_batched_tokens=64)
+    prompts = {f"r{i}": [i + 1] * (6 - i) for i in range(4)}  # they cross block boundaries at different steps
+    reqs = {}
+    for rid, p in prompts.items():
+        r = reqs[rid] = req(rid, p, 3 if rid == "r3" else 20)  # r3 ends first and frees its blocks
+        r.chunk_end, r.reserve_tokens, r.pause_when_full = 12, len(p) + 4, True  # 3 blocks each: the whole cache
+        s.add_request(r)
+    run(s)
+    assert reqs["r3"].is_finished and set(s.paused) == {"r0", "r1", "r2"}
+    assert s.stats.preemptions == 0 and s.stats.reprefill_tokens == 0
+    got = {rid: r.num_output_tokens for rid, r in s.paused.items()}
+    assert min(got.values()) < 12
+    for r in s.paused.values():
+        assert len(r.block_ids) == s.block_manager.blocks_needed(r.num_tokens - 1)  # its KV, nothing ahead
+    s.abort("r1")
+    s.abort("r2")
+    s.resume("r0", 20, 0)
+    run(s)
+    assert reqs["r0"].output_token_ids == reference(prompts["r0"], 20)
+    assert reqs["r3"].output_token_ids == reference(prompts["r3"], 3)
+    assert s.stats.preemptions == 0 and s.block_manager.num_free_blocks == 12
+
+
+def test_draft_without_kv_is_dropped_not_preempting():
+    """A ``pause_when_full`` request whose draft needs blocks the cache does not have decodes one token instead."""
+    s = make(num_blocks=8, block_size=4, max_num_batched_tokens=64)
+    r = req("a", [1] * 6, 20)
+    r.chunk_end, r.reserve_tokens, r.pause_when_full = 20, 8, True
+    s.add_request(r)
+    s.add_request(req("b", [2] * 23, 2))  # takes the other 6 blocks
+    s.update_from_output(out := s.schedule(), fake_execute(out, s.requests))
+    assert s.block_manager.num_free_blocks == 0 and r.num_computed_tokens == r.num_tokens - 1
+    r.spec_token_ids = [7, 7, 7, 7, 7]
+    out = s.schedule()
+    chunk = next(c for c in out.chunks if c.request_id == "a")
+    assert chunk.num_spec_tokens == 0 and not out.preempted_ids and not r.spec_token_ids
+    s.update_from_output(out, fake_execute(out, s.requests))
+    s.check_integrity()
+
+
 def test_prefix_hit_counts_once_when_admission_waits_for_kv():
     """A sibling whose prompt blocks are cached but whose next block finds no free slot gives its prefix back
     and retries each step: the hit counts at the try that admits it, not at every try."""

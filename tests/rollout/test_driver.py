@@ -109,6 +109,24 @@ def test_verl_preempts_under_kv_pressure_divided_does_not():
     assert [r.token_ids for r in verl.responses] == [r.token_ids for r in divided.responses]
 
 
+def test_chunks_reserving_part_of_their_kv_run_larger_batches_without_preempting():
+    """Under KV pressure, chunks that reserve 4 of their 8 tokens ahead fit more requests per step than whole
+    chunks do, end early where KV runs out instead of preempting, and emit the same tokens."""
+    runs = {}
+    for ahead in (None, 4):
+        FakeInstance.shared_pool = {}
+        insts = [FakeInstance(i, num_blocks=30) for i in range(2)]
+        drv = RolloutDriver(get_policy("divided"), insts, groups(), chunk_tokens=8, chunk_reserve_tokens=ahead)
+        runs[ahead] = drv.run()
+        drv.buffer.check_integrity()
+        for inst in insts:
+            inst.check_integrity()
+    whole, part = runs[None], runs[4]
+    assert part.metrics.preemptions == 0 and part.metrics.reprefill_tokens == 0
+    assert part.metrics.mean_batch > whole.metrics.mean_batch
+    assert [r.token_ids for r in part.responses] == [r.token_ids for r in whole.responses]
+
+
 def test_divided_moves_requests_between_instances_through_pool():
     res = run("divided", n_inst=3, num_blocks=40)
     moved = [r for r in res.responses if len(set(r.instance_history)) > 1]

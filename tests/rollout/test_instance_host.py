@@ -24,7 +24,8 @@ def chunk(rid: int, chunk_end: int, source: KVSource = KVSource.FRESH, output: t
     req = RolloutRequest(rid, 0, 0, 8, 32)
     params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
     spec = RequestSpec(rid, 0, 0, tuple(range(5, 13)), params, None, "")
-    return ChunkStart(Assignment(req, 0, chunk_end - len(output), source, 4), spec, output, chunk_end, reserve=True)
+    return ChunkStart(Assignment(req, 0, chunk_end - len(output), source, 4), spec, output, chunk_end,
+                      reserve_tokens=chunk_end - len(output))
 
 
 def run_chunk(host: InstanceHost) -> dict[int, list[int]]:

@@ -19,7 +19,7 @@ def started(link: FakeTransport) -> list[Any]:
 def chunk(rid: int, blocks: int) -> ChunkStart:
     req = RolloutRequest(rid, 0, rid, 8, 64)
     spec = RequestSpec(rid, 0, rid, (1,) * 8, SamplingParams(max_tokens=64), None, "")
-    return ChunkStart(Assignment(req, 0, 16, KVSource.FRESH, blocks), spec, (), 16, reserve=True)
+    return ChunkStart(Assignment(req, 0, 16, KVSource.FRESH, blocks), spec, (), 16, reserve_tokens=16)
 
 
 def test_a_snapshot_taken_before_a_start_keeps_it_reserved() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seer.rollout.dispatch import DispatchConfig
+from seer.rollout.dispatch import DispatchConfig, reserved_tokens
 from seer.rollout.policies import instance_of_group
 from seer.rollout.request_buffer import RequestBuffer
 from seer.rollout.types import InstanceState, KVSource, RequestState, blocks_for, chunk_blocks_needed
@@ -46,6 +46,18 @@ def test_prefers_the_instance_holding_the_kv() -> None:
     assert (a.instance_id, a.kv_source) == (0, KVSource.LOCAL)
     assert a.blocks_reserved == blocks_for(48, 16) - blocks_for(32, 16) == 1
     assert (holder.free_blocks, holder.running, roomy.free_blocks) == (1, 1, 100)
+
+
+def test_a_chunk_reserves_only_its_first_tokens_unless_critical() -> None:
+    buf = one_group_buffer(prompt_len=20, reserve_tokens=4)
+    inst = InstanceState(0, 100, 16)
+    [a] = buf.select([inst])
+    assert (a.max_new_tokens, a.reserve_tokens, a.blocks_reserved) == (16, 4, blocks_for(24, 16))
+    assert inst.free_blocks == 100 - 2
+    assert reserved_tokens(16, 4, critical=False) == 4 and reserved_tokens(16, 4, critical=True) == 16
+    assert reserved_tokens(16, None, critical=False) == 16 and reserved_tokens(2, 4, critical=False) == 2
+    with pytest.raises(ValueError, match="reserve_tokens"):
+        DispatchConfig(reserve_tokens=0)
 
 
 def test_moves_to_the_roomiest_instance_through_the_pool_when_the_holder_is_full() -> None:

@@ -46,7 +46,10 @@ class ChunkStart:
     spec: RequestSpec
     output_token_ids: tuple[int, ...]  # generated so far (needed to recompute when the KV is lost)
     chunk_end: int
-    reserve: bool                      # reserve KV for the whole chunk at admission (divided rollout)
+    # divided rollout: the output tokens past ``output_token_ids`` whose KV admission reserves; where that is less
+    # than the chunk, the rest is allocated as the chunk runs and the chunk ends early where the instance's KV runs
+    # out (the KV stays). None: nothing reserved ahead (the baseline admits what fits now and preempts)
+    reserve_tokens: int | None
     remaining_hint: float | None = None  # the ordering's estimate of the tokens the response still needs
     critical: bool = False               # the critical path placed it on an instance of its own
 

@@ -131,12 +131,9 @@ class ScheduledInstance(Instance):
         """(free blocks, requests held) as ``state`` reports them, counted afresh."""
         sched = self.scheduler
         bm = sched.block_manager
-        pending = 0
-        for req in sched.waiting:
-            want = max(req.reserve_tokens, req.num_tokens)
-            pending += max(0, bm.blocks_needed(want) - len(req.block_ids))
         freed, ended = self._hidden
-        return max(0, bm.num_free_blocks - freed - pending), len(sched.running) + len(sched.waiting) + ended
+        free = bm.num_free_blocks - freed - sched.pending_blocks()
+        return max(0, free), len(sched.running) + len(sched.waiting) + ended
 
     def check_integrity(self) -> None:
         """The scheduler is consistent, and a cached ``state`` still current equals a fresh count."""
@@ -158,7 +155,9 @@ class ScheduledInstance(Instance):
     def start(self, chunk: ChunkStart) -> None:
         self._version += 1
         rid = str(chunk.spec.request_id)
-        reserve = (len(chunk.spec.prompt_token_ids) + chunk.chunk_end) if chunk.reserve else 0
+        ahead = chunk.reserve_tokens
+        generated = len(chunk.output_token_ids)
+        reserve = 0 if ahead is None else len(chunk.spec.prompt_token_ids) + generated + ahead
         if chunk.kv_source is KVSource.LOCAL:
             req = self.scheduler.resume(rid, chunk.chunk_end, reserve)
         else:
@@ -167,6 +166,7 @@ class ScheduledInstance(Instance):
             if chunk.kv_source is KVSource.POOL:
                 self._import(req, chunk.spec.request_id)
             self.scheduler.add_request(req)
+        req.pause_when_full = ahead is not None and generated + ahead < chunk.chunk_end
         req.remaining_hint, req.critical = chunk.remaining_hint, chunk.critical
         self.chunk_base[rid] = req.num_output_tokens
         self.counters["chunks"] += 1
