@@ -180,6 +180,7 @@ class Scheduler:
         pending_keys: set[BlockKey] = set()
         scheduled: set[str] = set()
 
+        spare: list[int] = []  # free blocks beyond those promised (pending_blocks), computed on first need
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
@@ -187,7 +188,7 @@ class Scheduler:
             if n <= 0:
                 i += 1
                 continue
-            if req.pause_when_full and req.spec_token_ids and not self.block_manager.can_allocate(req, n):
+            if req.pause_when_full and req.spec_token_ids and not self._draft_fits(req, n, spare):
                 _drop_draft(req)  # its draft finds no KV: it decodes one token, for which a block was kept
                 n = min(req.num_tokens_with_spec - req.num_computed_tokens, budget)
             while not self.block_manager.can_allocate(req, n):
@@ -206,6 +207,20 @@ class Scheduler:
         if not preempted:
             budget = self._admit_waiting(budget, chunks, pending_keys)
         return SchedulerOutput(chunks=self._mark_shared(chunks), preempted_ids=preempted, step=self.stats.steps)
+
+    def _draft_fits(self, req: Request, n: int, spare: list[int]) -> bool:
+        """Whether ``req``'s ``n`` tokens, draft included, fit in the blocks it holds, the one kept for its next
+        token and the free blocks nobody was promised (``spare``, taken from as drafts are placed): a draft must
+        not take the block a later request's next token was kept for."""
+        extra = self.block_manager.num_blocks_to_allocate(req, n) - self._next_block(req)
+        if extra <= 0:
+            return True
+        if not spare:
+            spare.append(self.block_manager.num_free_blocks - self.pending_blocks())
+        if extra > spare[0]:
+            return False
+        spare[0] -= extra
+        return True
 
     def _mark_shared(self, chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
         """Each chunk with the context tokens it reads from blocks an earlier chunk of the step also reads: the
@@ -336,26 +351,35 @@ class Scheduler:
         return finished
 
     def pending_blocks(self) -> int:
-        """Blocks the waiting requests' admission will take (their reserve, else their context)."""
+        """Blocks already promised: what the waiting requests' admission will take (their reserve, else their
+        context) and the block each running ``pause_when_full`` request's next token needs where it crosses into
+        one (the pass that ended the others' chunks kept these free). Whoever places new requests here must leave
+        them, or a request admitted into them preempts the one the block was kept for."""
+        return self._waiting_blocks() + sum(self._next_block(r) for r in self.running if r.pause_when_full)
+
+    def _waiting_blocks(self) -> int:
         bm = self.block_manager
         return sum(max(0, bm.blocks_needed(max(r.reserve_tokens, r.num_tokens)) - len(r.block_ids))
                    for r in self.waiting)
+
+    def _next_block(self, req: Request) -> int:
+        """Blocks a decoding request needs for its next token beyond those it holds (0 or 1)."""
+        if req.num_computed_tokens != req.num_tokens - 1:
+            return 0
+        return max(0, self.block_manager.blocks_needed(req.num_tokens) - len(req.block_ids))
 
     def _end_chunks_out_of_kv(self, stopped: list[Request]) -> None:
         """A running ``pause_when_full`` request whose next token needs a block the instance no longer has (besides
         those the waiting requests were admitted with) ends its chunk now, its KV kept: it continues from the
         request buffer, here or where KV is free, instead of being preempted into recomputing its context. Within
         a step the older requests get the blocks left, as preemption would keep them."""
-        bm = self.block_manager
         free = None
         for req in list(self.running):
-            if not req.pause_when_full or req.num_computed_tokens != req.num_tokens - 1:
-                continue
-            need = bm.blocks_needed(req.num_tokens) - len(req.block_ids)
+            need = self._next_block(req) if req.pause_when_full else 0
             if need <= 0:
                 continue
             if free is None:
-                free = bm.num_free_blocks - self.pending_blocks()
+                free = self.block_manager.num_free_blocks - self._waiting_blocks()
             if need <= free:
                 free -= need
             else:
