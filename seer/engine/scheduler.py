@@ -9,8 +9,11 @@ running request remains after it: re-admitting it the moment its own blocks came
 the next block boundary, recomputing its whole context for a few tokens each time. A waiting request whose next
 prompt block is being computed this very step by a sibling waits one step, so the G requests of a group compute
 their prompt once. With ``decode_reserve`` set, admission also leaves free an adaptive share of the blocks that
-running requests may still need (``decode_reserve.py``); the real engine turns it on. Torch-free: the simulator
-drives this class unchanged with a cost model instead of a model.
+running requests may still need (``decode_reserve.py``); the real engine turns it on. A divided-rollout chunk that
+reserved only part of its KV (``Request.pause_when_full``) is never preempted: where its next token finds no
+block it ends its chunk early, KV kept, and a draft that finds none is dropped; the block kept for a next token
+counts as promised (``pending_blocks``), so neither a new chunk nor another request's draft takes it. Torch-free:
+the simulator drives this class unchanged with a cost model instead of a model.
 """
 
 from __future__ import annotations

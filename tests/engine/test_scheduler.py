@@ -186,6 +186,26 @@ def test_draft_without_kv_is_dropped_not_preempting():
     s.check_integrity()
 
 
+def test_the_block_kept_for_a_next_token_is_promised_to_it():
+    """Two decoding ``pause_when_full`` requests, one free block, needed by the second one's next token: it counts
+    as promised (no new chunk may take it), and the first one's draft may not take it either."""
+    s = make(num_blocks=5, block_size=4, max_num_batched_tokens=64)
+    a, b = req("a", [1] * 5, 10), req("b", [2] * 4, 10)
+    for r, reserve in ((a, 8), (b, 4)):
+        r.chunk_end, r.reserve_tokens, r.pause_when_full = 10, reserve, True
+        s.add_request(r)
+    s.add_request(req("c", [3] * 7, 1))  # two blocks, freed as it finishes in the first step
+    s.update_from_output(out := s.schedule(), fake_execute(out, s.requests))
+    assert s.block_manager.num_free_blocks == 2 and "b" in {r.request_id for r in s.running}
+    assert s.pending_blocks() == 1  # b's next token (its 6th) needs a second block
+    a.spec_token_ids = [9] * 7  # would need two more blocks
+    out = s.schedule()
+    assert not out.preempted_ids and not a.spec_token_ids
+    assert {c.request_id: c.num_new_tokens for c in out.chunks} == {"a": 1, "b": 1}
+    s.update_from_output(out, fake_execute(out, s.requests))
+    s.check_integrity()
+
+
 def test_prefix_hit_counts_once_when_admission_waits_for_kv():
     """A sibling whose prompt blocks are cached but whose next block finds no free slot gives its prefix back
     and retries each step: the hit counts at the try that admits it, not at every try."""
