@@ -183,7 +183,7 @@ class Scheduler:
         pending_keys: set[BlockKey] = set()
         scheduled: set[str] = set()
 
-        spare: list[int] = []  # free blocks beyond those promised (pending_blocks), computed on first need
+        spare: int | None = None  # free blocks beyond those promised (pending_blocks), counted on first need
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
@@ -191,9 +191,11 @@ class Scheduler:
             if n <= 0:
                 i += 1
                 continue
-            if req.pause_when_full and req.spec_token_ids and not self._draft_fits(req, n, spare):
-                _drop_draft(req)  # its draft finds no KV: it decodes one token, for which a block was kept
-                n = min(req.num_tokens_with_spec - req.num_computed_tokens, budget)
+            if req.pause_when_full and req.spec_token_ids:
+                fits, spare = self._draft_fits(req, n, spare)
+                if not fits:
+                    _drop_draft(req)  # its draft finds no KV: it decodes one token, for which a block was kept
+                    n = min(req.num_tokens_with_spec - req.num_computed_tokens, budget)
             while not self.block_manager.can_allocate(req, n):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -211,19 +213,16 @@ class Scheduler:
             budget = self._admit_waiting(budget, chunks, pending_keys)
         return SchedulerOutput(chunks=self._mark_shared(chunks), preempted_ids=preempted, step=self.stats.steps)
 
-    def _draft_fits(self, req: Request, n: int, spare: list[int]) -> bool:
+    def _draft_fits(self, req: Request, n: int, spare: int | None) -> tuple[bool, int | None]:
         """Whether ``req``'s ``n`` tokens, draft included, fit in the blocks it holds, the one kept for its next
-        token and the free blocks nobody was promised (``spare``, taken from as drafts are placed): a draft must
-        not take the block a later request's next token was kept for."""
+        token and ``spare``, the free blocks nobody was promised (None: not counted yet); returns that and the
+        spare left. A draft must not take the block a later request's next token was kept for."""
         extra = self.block_manager.num_blocks_to_allocate(req, n) - self._next_block(req)
         if extra <= 0:
-            return True
-        if not spare:
-            spare.append(self.block_manager.num_free_blocks - self.pending_blocks())
-        if extra > spare[0]:
-            return False
-        spare[0] -= extra
-        return True
+            return True, spare
+        if spare is None:
+            spare = self.block_manager.num_free_blocks - self.pending_blocks()
+        return (True, spare - extra) if extra <= spare else (False, spare)
 
     def _mark_shared(self, chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
         """Each chunk with the context tokens it reads from blocks an earlier chunk of the step also reads: the
