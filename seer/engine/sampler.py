@@ -249,7 +249,9 @@ class Sampler:
             rejected[tok] = mass
             total -= mass
         p = probs
-        if any(rejected.values()) and total > 0:  # all mass rejected cannot happen with exact arithmetic
+        if any(rejected.values()):
             p = probs.clone()
             p[list(rejected)] = 0.0
+            if float(p.sum()) <= 0:  # every token with mass was a rejected draft: cannot happen with exact arithmetic
+                p = probs
         return None, int(self._draw(p[None], [self.uniform(pos_row, 0)])[0])
