@@ -86,13 +86,16 @@ class Sampler:
     def probs(logprobs: torch.Tensor, rows: list[RowSpec]) -> torch.Tensor:
         """The distribution each row samples from: softmax, then top-k/top-p filtering, renormalised."""
         idx = [i for i, r in enumerate(rows) if r.filtered]
-        if len(idx) == len(rows):  # only the kept tokens have mass: no vocab-wide exp
-            kept, order = Sampler._nucleus(logprobs, rows)
-            return torch.zeros_like(logprobs).scatter_(1, order, kept / kept.sum(dim=-1, keepdim=True))
+        if not idx:
+            return fast_exp(logprobs)
+        every = len(idx) == len(rows)
+        sub = logprobs if every else logprobs[idx]
+        kept, order = Sampler._nucleus(sub, [rows[i] for i in idx])
+        filtered = torch.zeros_like(sub).scatter_(1, order, kept / kept.sum(dim=-1, keepdim=True))
+        if every:  # only the kept tokens have mass: no vocab-wide exp
+            return filtered
         probs = fast_exp(logprobs)
-        if idx:
-            kept, order = Sampler._nucleus(logprobs[idx], [rows[i] for i in idx])
-            probs[idx] = torch.zeros_like(probs[idx]).scatter_(1, order, kept / kept.sum(dim=-1, keepdim=True))
+        probs[idx] = filtered
         return probs
 
     @staticmethod
