@@ -170,6 +170,7 @@ class Scheduler:
             raise KeyError(f"request {request_id!r} is not paused here")
         req.chunk_end = chunk_end
         req.reserve_tokens = reserve_tokens
+        req.pause_when_full = False  # a property of each chunk: the caller sets it for this one
         req.status = RequestStatus.WAITING
         self.waiting.append(req)
         return req
@@ -211,6 +212,8 @@ class Scheduler:
 
         if not preempted:
             budget = self._admit_waiting(budget, chunks, pending_keys)
+            if not self.running and self.waiting:
+                self._admit_on_held_kv(budget, chunks, pending_keys)
         return SchedulerOutput(chunks=self._mark_shared(chunks), preempted_ids=preempted, step=self.stats.steps)
 
     def _draft_fits(self, req: Request, n: int, spare: int | None) -> tuple[bool, int | None]:
@@ -281,6 +284,27 @@ class Scheduler:
             budget -= n
         self.waiting.extendleft(reversed(skipped))
         return budget
+
+    def _admit_on_held_kv(self, budget: int, chunks: list[ScheduledChunk], pending_keys: set[BlockKey]) -> None:
+        """Nothing runs and the head of the queue cannot be admitted: the first waiting chunk whose next tokens fit
+        in the KV it holds plus the free blocks runs on that, ending its chunk early where it runs out
+        (``pause_when_full``). Chunks placed from a view a step old (a remote instance's snapshot) can together
+        need more KV than the instance has; each then holds blocks the others wait for, and an instance with work
+        that can never step would stall the rollout. An ended chunk's KV is resident, so the coordinator can move
+        it and the others go on."""
+        bm = self.block_manager
+        for req in self.waiting:
+            if req.chunk_end is None or not req.block_ids:
+                continue
+            n = min(req.num_tokens_with_spec - req.num_computed_tokens, budget)
+            if n <= 0 or bm.num_blocks_to_allocate(req, n) > bm.num_free_blocks:
+                continue
+            self.waiting.remove(req)
+            req.status = RequestStatus.RUNNING
+            req.pause_when_full, req.reserve_tokens = True, 0
+            self.running.append(req)
+            chunks.append(self._take(req, n, pending_keys))
+            return
 
     def _take(self, req: Request, n: int, pending_keys: set[BlockKey], reserve: int = 0) -> ScheduledChunk:
         """Allocate slots for ``n`` new tokens of ``req`` (at least ``reserve``) and record the chunk."""

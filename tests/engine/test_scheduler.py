@@ -169,6 +169,37 @@ def test_chunk_short_of_kv_ends_early_instead_of_preempting():
     assert s.stats.preemptions == 0 and s.block_manager.num_free_blocks == 12
 
 
+def test_resumed_chunks_holding_all_kv_still_run():
+    """Three resumed chunks whose KV fills the cache, each reserving blocks that are not free (placed from a
+    stale view): nothing could be admitted, so each in turn decodes on the KV it holds and ends its chunk where
+    that runs out, KV kept; once the others' KV is moved away the last finishes with the uninterrupted run's
+    tokens."""
+    s = make(num_blocks=6, block_size=4, max_num_batched_tokens=64)
+    prompts = {rid: [i + 1] * 5 for i, rid in enumerate("abc")}
+    reqs = {}
+    for rid, p in prompts.items():
+        r = reqs[rid] = req(rid, p, 12)
+        r.chunk_end, r.reserve_tokens = 3, len(p) + 3  # 8 tokens: 2 blocks each, the whole cache
+        s.add_request(r)
+    run(s)
+    assert set(s.paused) == {"a", "b", "c"} and s.block_manager.num_free_blocks == 0
+    for rid in "abc":
+        s.resume(rid, 12, len(prompts[rid]) + 12)  # 17 tokens: 5 blocks, 3 more than it holds
+    for _ in range(10):  # bounded: without the rule no step ever schedules anything
+        out = s.schedule()
+        assert len(out.chunks) <= 1 and not out.preempted_ids
+        s.update_from_output(out, fake_execute(out, s.requests))
+        s.check_integrity()
+    assert set(s.paused) == {"a", "b", "c"} and not s.has_unfinished
+    assert [reqs[rid].num_output_tokens for rid in "abc"] == [4, 4, 4]  # the 5th token needs a new block
+    s.abort("a")  # their KV moved to other instances
+    s.abort("b")
+    s.resume("c", 12, len(prompts["c"]) + 12)
+    run(s)
+    assert reqs["c"].is_finished and reqs["c"].output_token_ids == reference(prompts["c"], 12)
+    assert s.stats.preemptions == 0 and s.stats.reprefill_tokens == 0 and s.block_manager.num_free_blocks == 6
+
+
 def test_draft_without_kv_is_dropped_not_preempting():
     """A ``pause_when_full`` request whose draft needs blocks the cache does not have decodes one token instead."""
     s = make(num_blocks=8, block_size=4, max_num_batched_tokens=64)

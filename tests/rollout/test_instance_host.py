@@ -66,6 +66,20 @@ def test_an_eviction_answers_with_the_kv_when_the_pool_is_the_hosts_own(host: In
     assert list(run_chunk(host)) == [3] and host.inst.stats()["reprefill_tokens"] == 0
 
 
+def test_the_snapshot_shows_blocks_owed_beyond_those_free(host: InstanceHost) -> None:
+    """Waiting chunks promised more KV than is free: the snapshot's balance is negative (the instance's own view
+    stops at 0), so blocks an eviction frees later pay that debt before a proxy offers them."""
+    free = host.inst.scheduler.block_manager.num_free_blocks
+    rids = range(20, 20 + free // 8 + 1)  # 8 prompt + 24 reserved tokens: 8 blocks each, one chunk too many
+    for n, rid in enumerate(rids, start=host.handled + 1):
+        host.handle("start", chunk(rid, 24), n)
+    snap = host.handle("snapshot")
+    assert snap["free_blocks"] == free - 8 * len(rids) < 0 and host.inst.state().free_blocks == 0
+    for rid in rids:
+        host.inst.scheduler.abort(str(rid))
+    assert host.handle("snapshot")["free_blocks"] == free
+
+
 def test_unknown_commands_are_refused(host: InstanceHost) -> None:
     with pytest.raises(ValueError, match="unknown instance command 'inst'"):
         host.handle("inst")

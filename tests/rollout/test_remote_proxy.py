@@ -62,3 +62,14 @@ def test_evicted_kv_that_comes_back_rides_with_the_next_start() -> None:
     assert proxy.evict(3) == 100 and proxy.state().free_blocks == 50 and link.held == {3: (b"kv", {})}
     proxy.start(chunk(3, 1))
     assert link.posted[-1][2][2] == (b"kv", {}) and not link.held
+
+
+def test_blocks_an_eviction_frees_pay_what_the_instance_owes_first() -> None:
+    """A snapshot whose instance owes its waiting chunks 3 blocks more than are free: evicting a 10-block resident
+    request leaves 7 to offer, not 10."""
+    snap = snapshot(free=-3, running=2, handled=0)
+    snap["resident"] = {3: 10}
+    proxy = RemoteInstanceProxy(0, snap, FakeTransport(evicted_kv=(b"kv", {})))
+    assert proxy.state().free_blocks == 0
+    proxy.evict(3)
+    assert proxy.state().free_blocks == 7

@@ -120,7 +120,7 @@ class InstanceHost:
     def snapshot(self) -> dict[str, Any]:
         inst = self.inst
         st = inst.state()
-        return {"free_blocks": st.free_blocks, "running": st.running, "max_running": st.max_running,
+        return {"free_blocks": inst.kv_balance(), "running": st.running, "max_running": st.max_running,
                 "total_blocks": st.total_blocks, "block_size": st.block_size,
                 "resident": {rid: inst.resident_blocks(rid) for rid in inst.resident()},
                 "has_work": inst.has_work(), "weight_version": inst.weight_version,

@@ -4,8 +4,10 @@ Such an instance steps on its own and reports a snapshot (free blocks, running c
 step. A snapshot can predate chunk starts sent meanwhile: a host handles commands only between steps, so a
 step's report omits the starts that arrived during it. Starts are therefore numbered, a snapshot says the last
 one its instance had handled (``handled``), and the proxy adds the blocks and slots of every start after that,
-so the dispatcher never over-admits on a stale view. Commands travel through a ``Transport``, the same proxy
-for every kind of host.
+so the dispatcher never over-admits on a stale view. The snapshot's free blocks are the instance's balance
+(``kv_balance``), negative where it owes its waiting chunks more than is free, so the blocks an eviction frees
+pay that debt before the proxy offers them. Commands travel through a ``Transport``, the same proxy for every
+kind of host.
 """
 
 from __future__ import annotations

@@ -127,13 +127,17 @@ class ScheduledInstance(Instance):
         sched = self.scheduler
         return self._version, len(sched.waiting), len(sched.running), sched.block_manager.num_free_blocks
 
+    def kv_balance(self) -> int:
+        """Free blocks less those promised (``state``'s count before it stops at 0): negative where waiting chunks
+        and next tokens were promised more than is free. A view that adds the blocks an eviction frees (a remote
+        proxy) must start from this, or it offers blocks that are already owed."""
+        sched = self.scheduler
+        return sched.block_manager.num_free_blocks - self._hidden[0] - sched.pending_blocks()
+
     def _count_state(self) -> tuple[int, int]:
         """(free blocks, requests held) as ``state`` reports them, counted afresh."""
         sched = self.scheduler
-        bm = sched.block_manager
-        freed, ended = self._hidden
-        free = bm.num_free_blocks - freed - sched.pending_blocks()
-        return max(0, free), len(sched.running) + len(sched.waiting) + ended
+        return max(0, self.kv_balance()), len(sched.running) + len(sched.waiting) + self._hidden[1]
 
     def check_integrity(self) -> None:
         """The scheduler is consistent, and a cached ``state`` still current equals a fresh count."""
