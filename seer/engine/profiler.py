@@ -28,7 +28,6 @@ import torch
 from tqdm.auto import tqdm
 
 from seer.engine.llm_engine import LLMEngine
-from seer.engine.sampler import RowSpec, Sampler
 from seer.models.attn_kernel import kernel_available, source_digest
 from seer.sampling_params import SamplingParams
 from seer.spec.policy import VerifyCostModel
@@ -42,11 +41,7 @@ MIN_CONTEXT = 16  # shortest context worth measuring
 LONG_CONTEXT = 2048  # one sequence is measured here too: the cost of a longer context (read_s, pair_s)
 SLOPE_REPEATS = 8  # the long step differs from the short by a few percent of a step: more repeats than the table
 GROWTH = 48  # KV tokens a measured sequence may grow by (its outputs plus the largest verify step)
-PROFILE_METHOD = 7  # in the cache key: profiles measured another way are measured again
-# the filtered row the sampler's extra costs are measured with: a rollout's usual top-k and top-p
-FILTERED_ROW = RowSpec(0.7, top_p=0.95, top_k=50)
-SAMPLER_ROWS = 16  # plain rows sampled at once (the sampler batches a step's plain rows)
-SAMPLER_REPEATS = 15
+PROFILE_METHOD = 6  # in the cache key: profiles measured another way are measured again
 
 
 def _kernel_source_hash() -> str | None:
@@ -82,39 +77,6 @@ def context_costs(near: list[float], far: list[float], near_context: int, far_co
     plain, verify = (far[0] - near[0]) / span, (far[-1] - near[-1]) / span
     pair = max(0.0, (verify - plain) / (tokens - 1))
     return max(0.0, plain - pair), pair
-
-
-def _median_s(fn: Callable[[], object], repeats: int = SAMPLER_REPEATS) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def filtered_sampling_costs(vocab: int, seed: int = 0) -> tuple[float, float, float]:
-    """``(row_s, verify_s, draft_s)``: what a top-k/top-p row costs the sampler beyond the forced rows the table
-    is measured with, per plain row, per verifying sequence (beyond the plain row it replaces) and per draft token
-    (``VerifyCostModel``). Timed on the sampler alone, over logits of this vocabulary; never negative."""
-    gen = torch.Generator().manual_seed(seed)
-    sampler, rows, draft = Sampler(seed), SAMPLER_ROWS, TOKENS_PER_SEQ[-1] - 1
-    logits = torch.randn(rows, vocab, generator=gen) * 3.0  # peaked like a model's, so top-k/top-p cut early
-    forced = RowSpec(0.0, forced=0)
-    row_s = (_median_s(lambda: sampler.sample(logits.clone(), [FILTERED_ROW] * rows))
-             - _median_s(lambda: sampler.sample(logits.clone(), [forced] * rows))) / rows
-
-    def extra(n: int) -> float:
-        """A filtered verify of an ``n``-token chain against a forced one (its drafts rejected where drawn)."""
-        chain, lg = list(range(1, n + 1)), logits[: n + 1]
-        return (_median_s(lambda: sampler.verify(lg, FILTERED_ROW, chain, None))
-                - _median_s(lambda: sampler.verify(lg, RowSpec(0.0), chain, None, forced=chain + [0])))
-
-    one, many = extra(1), extra(draft)
-    draft_s = max(0.0, (many - one) / (draft - 1))
-    row_s = max(0.0, row_s)
-    return row_s, max(-row_s, one - draft_s - row_s), draft_s
 
 
 def _cache_path(engine: LLMEngine, plan: list[tuple[int, int]], cache_dir: Path) -> Path:
@@ -183,10 +145,8 @@ def profile_verify_cost(engine: LLMEngine, context: int = 128, repeats: int = 2,
         bar.close()
         engine.speculator = saved
     read_s, pair_s = (0.0, 0.0) if slopes is None else context_costs(slopes[0], slopes[1], plan[0][1], long)
-    row_s, verify_s, draft_s = filtered_sampling_costs(engine.model_config.vocab_size)
     model = VerifyCostModel([b for b, _ in plan], TOKENS_PER_SEQ, monotone(table), pair_s=pair_s,
-                            context=plan[0][1], read_s=read_s, filtered_row_s=row_s, filtered_verify_s=verify_s,
-                            filtered_draft_s=draft_s)
+                            context=plan[0][1], read_s=read_s)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(model.to_profile()))

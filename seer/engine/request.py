@@ -88,12 +88,6 @@ class Request:
     def max_total_tokens(self) -> int:
         return self.num_prompt_tokens + self.max_output_tokens
 
-    @property
-    def samples_filtered(self) -> bool:
-        """Its tokens are drawn through top-k or top-p (forced replay emits the recorded tokens: none drawn)."""
-        p = self.params
-        return self.forced_token_ids is None and not p.greedy and (p.top_p < 1.0 or p.top_k > 0)
-
     def token_at(self, pos: int) -> int:
         p = self.num_prompt_tokens
         return self.prompt_token_ids[pos] if pos < p else self.output_token_ids[pos - p]

@@ -109,7 +109,7 @@ class Speculator:
             batch = len(scheduler.running) + len(scheduler.waiting)
             weights = critical_weights([r.remaining_hint for r in ready])
             plan = self.policy.plan([PolicyRequest(r.request_id, self.group_of(r), r.probe, caps[r.request_id], w,
-                                                   r.num_tokens, r.critical, r.samples_filtered)
+                                                   r.num_tokens, r.critical)
                                      for r, w in zip(ready, weights)]) if batch else {}
         else:
             plan = caps

@@ -44,9 +44,6 @@ def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-_FILTERED = ("filtered_row_s", "filtered_verify_s", "filtered_draft_s")  # profile keys, in constructor order
-
-
 class VerifyCostModel:
     """Step time ``T(B, n)`` of a batch of ``B`` sequences with ``n`` tokens each (``n = 1``: plain decode), from
     a measured table, bilinear in between. The engine fills it by profiling (``to_profile`` round-trips).
@@ -56,18 +53,11 @@ class VerifyCostModel:
     per (token, context token) pair. A rollout's long responses decode at contexts of hundreds to thousands of
     tokens, where both matter: without the pairs drafting looks cheap where it is dear; with the read charged
     per token instead of per sequence (one slope for both), a plain step looks cheap and a draft token dear,
-    and long contexts go undrafted (benchmarks/README.md, "Reads apart from pairs").
-
-    The table's rows are forced (greedy) rows, which the sampler passes almost for free. A row sampled with top-k
-    or top-p costs more, and most where it verifies a draft: ``filtered_row_s`` is the extra seconds of such a
-    plain decode row, ``filtered_verify_s`` and ``filtered_draft_s`` the extra of verifying a draft, per verifying
-    sequence (net of the plain row it replaces) and per draft token. Without them a rollout with filtered sampling
-    drafted as if verifying a token cost only its forward."""
+    and long contexts go undrafted (benchmarks/README.md, "Reads apart from pairs")."""
 
     def __init__(self, batch_sizes: Sequence[int], tokens_per_seq: Sequence[int],
                  times_s: Sequence[Sequence[float]], draft_s_per_request: float = 0.0, pair_s: float = 0.0,
-                 context: float = 0.0, read_s: float = 0.0, filtered_row_s: float = 0.0,
-                 filtered_verify_s: float = 0.0, filtered_draft_s: float = 0.0) -> None:
+                 context: float = 0.0, read_s: float = 0.0) -> None:
         if not batch_sizes or not tokens_per_seq:
             raise ValueError("the cost table needs at least one batch size and one tokens_per_seq")
         if list(batch_sizes) != sorted(set(batch_sizes)) or list(tokens_per_seq) != sorted(set(tokens_per_seq)):
@@ -80,8 +70,6 @@ class VerifyCostModel:
             raise ValueError("step times must be > 0 and draft_s_per_request >= 0")
         if pair_s < 0 or context < 0 or read_s < 0:
             raise ValueError("pair_s, read_s and context must be >= 0")
-        if min(filtered_row_s, filtered_draft_s) < 0 or filtered_verify_s < -filtered_row_s:
-            raise ValueError("filtered sampling costs must be >= 0 (a verify at least replaces its plain row)")
         self.batch_sizes = [float(b) for b in batch_sizes]
         self.tokens_per_seq = [float(n) for n in tokens_per_seq]
         self.times_s = [[float(t) for t in row] for row in times_s]
@@ -89,9 +77,6 @@ class VerifyCostModel:
         self.pair_s = pair_s
         self.read_s = read_s
         self.context = context
-        self.filtered_row_s = filtered_row_s
-        self.filtered_verify_s = filtered_verify_s
-        self.filtered_draft_s = filtered_draft_s
         self._floor_s = 0.01 * min(min(r) for r in self.times_s)  # step_time's floor (the table is fixed)
 
     @classmethod
@@ -100,16 +85,14 @@ class VerifyCostModel:
         try:
             return cls(profile["batch_sizes"], profile["tokens_per_seq"], profile["times_s"],
                        profile.get("draft_s_per_request", 0.0), profile.get("pair_s", 0.0),
-                       profile.get("context", 0.0), profile.get("read_s", 0.0),
-                       *(profile.get(k, 0.0) for k in _FILTERED))
+                       profile.get("context", 0.0), profile.get("read_s", 0.0))
         except KeyError as exc:
             raise ValueError(f"cost profile lacks {exc.args[0]!r}") from None
 
     def to_profile(self) -> dict:
         return {"batch_sizes": [int(b) for b in self.batch_sizes], "tokens_per_seq": [int(n) for n in
                 self.tokens_per_seq], "times_s": self.times_s, "draft_s_per_request": self.draft_s_per_request,
-                "pair_s": self.pair_s, "context": self.context, "read_s": self.read_s,
-                **{k: getattr(self, k) for k in _FILTERED}}
+                "pair_s": self.pair_s, "context": self.context, "read_s": self.read_s}
 
     def row_for_batch(self, batch: float) -> list[float]:
         """``T(batch, n)`` for every profiled ``n`` (interpolated in B)."""
@@ -226,7 +209,6 @@ class PolicyRequest:
     weight: float = 1.0  # value of this request's tokens relative to the batch (critical-path priority)
     context: float = 0.0  # tokens its next token attends to (prompt and output so far)
     critical: bool = False  # the rollout isolated it: the step is planned for it first (``plan_budget``)
-    filtered: bool = False  # sampled with top-k or top-p (its rows cost the sampler more: ``VerifyCostModel``)
 
     def __post_init__(self) -> None:
         if not self.weight > 0:
@@ -262,18 +244,13 @@ class SpecPolicy:
                                       context=max(0.0, r.context - floor), probe=r.is_probe,
                                       critical=r.critical, weight=r.weight))
         row = cost.row_for_batch(n)
-        filtered = sum(r.filtered for r in batch)
-        plain = (cost.step_time(n, 1, row) + (cost.read_s + cost.pair_s) * sum(c.context for c in classes)
-                 + cost.filtered_row_s * filtered)
-        verify_s, draft_s = cost.filtered_verify_s * filtered / n, cost.filtered_draft_s * filtered / n
+        plain = cost.step_time(n, 1, row) + (cost.read_s + cost.pair_s) * sum(c.context for c in classes)
 
         def price(tokens: int, context: float, drafting: int) -> float:
             """The plain step at the batch's contexts, plus ``tokens`` draft tokens attending to ``context``
-            tokens beyond the table's in all (``DraftClass.context`` is measured from there), from ``drafting``
-            requests, whose sampling costs are the batch's mean (a rollout samples all alike)."""
+            tokens beyond the table's in all (``DraftClass.context`` is measured from there)."""
             extra = cost.step_time(n, 1 + tokens / n, row) - cost.step_time(n, 1, row) if tokens else 0.0
-            return (plain + extra + cost.pair_s * context + cost.draft_time(drafting) + verify_s * drafting
-                    + draft_s * tokens)
+            return plain + extra + cost.pair_s * context + cost.draft_time(drafting)
 
         plan_budget(classes, price, sum(r.weight for r in batch), cfg.probe_boost, cfg.max_batch_tokens)
         return {c.members[0]: c.gamma(0) for c in classes}

@@ -34,12 +34,9 @@ def test_profile_measures_batches_beyond_the_full_context_fit(tiny_llama, tmp_pa
     assert engine.stats.prompt_tokens_computed == shared + plan[0][1] + long
     assert shared < sum(b * ctx for b, ctx in plan)
     assert cost.context == plan[0][1] and cost.pair_s >= 0 and cost.read_s >= 0
-    # a filtered row costs the sampler more than a forced one, most where it verifies a draft
-    assert cost.filtered_row_s > 0 and cost.filtered_verify_s + cost.filtered_draft_s > 0
     assert all(a <= b for row in cost.times_s for a, b in zip(row, row[1:]))
     assert all(a <= b for col in zip(*cost.times_s) for a, b in zip(col, col[1:]))
     assert not engine.has_unfinished() and engine.block_manager.num_free_blocks == 136
     engine.block_manager.check_integrity()
     again = profile_verify_cost(engine, repeats=1, cache_dir=tmp_path)  # from the cache
     assert again.times_s == cost.times_s and again.pair_s == cost.pair_s and again.read_s == cost.read_s
-    assert again.filtered_verify_s == cost.filtered_verify_s

@@ -84,15 +84,3 @@ def test_tree_drafts_take_no_more_kv_slots_than_the_chunk_has_left() -> None:
     budget = {r.stream_id: (r.max_tokens, r.max_depth) for r in asked}
     assert budget["1"] == (8, 4)   # gamma 4, two branches: 8 nodes, well inside the chunk
     assert budget["2"] == (2, 2)   # 8 - 5 - 1 = 2 slots left before the bonus token: 2 nodes, depth 2
-
-
-def test_a_request_samples_filtered_only_where_it_draws_through_top_k_or_top_p() -> None:
-    """The policy prices the sampler's extra cost only for rows that reach the filter: forced replay emits the
-    recorded tokens and greedy rows take the argmax."""
-    def req(forced: list[int] | None = None, **params: float) -> Request:
-        return Request("r", [1, 2, 3], SamplingParams(max_tokens=8, **params), forced_token_ids=forced)
-
-    assert req(temperature=0.7, top_k=50).samples_filtered and req(temperature=1.0, top_p=0.9).samples_filtered
-    assert not req(temperature=1.0).samples_filtered  # unfiltered
-    assert not req(temperature=0.0, top_k=50).samples_filtered  # greedy
-    assert not req([4, 5], temperature=0.7, top_k=50).samples_filtered  # forced replay

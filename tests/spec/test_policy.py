@@ -76,28 +76,6 @@ def test_a_long_read_makes_drafting_pay() -> None:
     assert gamma(as_pairs) == 0 and gamma(as_reads) > 0
 
 
-def test_filtered_sampling_costs_shorten_drafts() -> None:
-    """Verifying a top-k/top-p draft costs the sampler per verifying sequence and per draft token: priced, a busy
-    batch of filtered requests drafts less than one of forced rows (which the table measures), and the costs
-    survive the profile's round trip."""
-    table = [[0.040, 0.045, 0.060], [0.050, 0.080, 0.160]]
-    cheap = VerifyCostModel([1, 16], [1, 3, 9], table)
-    dear = VerifyCostModel([1, 16], [1, 3, 9], table, filtered_row_s=2e-4, filtered_verify_s=1.5e-3,
-                           filtered_draft_s=6e-4)
-    assert VerifyCostModel.from_profile(dear.to_profile()).filtered_verify_s == 1.5e-3
-
-    def drafts(cost: VerifyCostModel, filtered: bool) -> int:
-        policy = SpecPolicy(cost)
-        for _ in range(40):
-            policy.observe(0, "g", 4, 3)  # acceptance ~0.75
-        return sum(policy.plan([PolicyRequest(j, "g", filtered=filtered) for j in range(16)]).values())
-
-    assert drafts(cheap, True) == drafts(dear, False) == drafts(cheap, False) > 0  # forced rows: no sampler price
-    assert drafts(dear, True) < drafts(dear, False)
-    with pytest.raises(ValueError, match="filtered"):
-        VerifyCostModel([1], [1], [[1.0]], filtered_row_s=1e-4, filtered_verify_s=-2e-4)
-
-
 def test_t_sd_matches_design_formula() -> None:
     cost = VerifyCostModel([1, 2], [1, 4], [[1.0, 1.3], [2.0, 2.6]], draft_s_per_request=0.05)
     a, g, b = 0.7, 3, 1
