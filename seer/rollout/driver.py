@@ -111,6 +111,8 @@ class RolloutDriver:
         self.counters = DriverCounters()
         self._progress_at = 0.0
         self.listener = listener
+        # called before each step on virtual time: where rollouts in threads take turns (turns.py); None: none
+        self.pace: Callable[[], None] | None = None
         self.aborted: set[int] = set()                  # request ids finished by abort
         self._aborting: set[int] = set()                # running: finish as aborted when their chunk returns
         self._abort_lock = threading.Lock()

@@ -8,7 +8,8 @@ duration is the step's measured time (compute, drafting and KV moved); with a co
 price, which makes every decision reproducible (the simulator and the engine then agree exactly). A step is
 computed when it starts, so what it produces (tokens for sibling drafts, KV it frees, requests it ends) becomes
 visible only when its end is processed (``join_virtual_time``): no decision reads an instance's future. A fault
-plan kills its instance when the clock reaches its time. Torch-free.
+plan kills its instance when the clock reaches its time. Before each step the driver's ``pace`` runs, where
+several rollouts of one process take turns (``turns.py``). Torch-free.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def run_virtual_time(driver: RolloutDriver) -> RolloutResult:
             inst = driver.instances[iid]
             if not inst.has_work():
                 continue
+            if driver.pace is not None:
+                driver.pace()
             rep = inst.step()
             if rep.stalled and not rep.scheduled_tokens and driver.relieve(iid):
                 rep = merge_stalled(rep, inst.step())

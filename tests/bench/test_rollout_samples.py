@@ -32,10 +32,11 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SEER_CACHE", str(tmp_path / "cache"))  # the verify-cost profile lands here
 
 
-def bench(tiny: Path, trace: Path, out: Path, samples: int, policies: str = "verl,context") -> int:
+def bench(tiny: Path, trace: Path, out: Path, samples: int, policies: str = "verl,context",
+          extra: tuple[str, ...] = ()) -> int:
     return main(["bench", "rollout", "--model", str(tiny), "--trace", str(trace), "--sample", "2",
                  "--samples", str(samples), "--policies", policies, "--instances", "2", "--dtype", "float32",
-                 "--threads", "1", "--chunk-tokens", "8", "--json", str(out)])
+                 "--threads", "1", "--chunk-tokens", "8", "--json", str(out), *extra])
 
 
 def count_samples(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -71,6 +72,12 @@ def test_samples_record_resume_and_refuse(tiny: Path, trace: Path, tmp_path: Pat
         assert pol["worst"]["speedup"] == min(speedups)
         assert pol["worst"]["makespan_over_bound"] == max(over)
     assert summary["policies"]["verl"]["median"]["speedup"] == 1.0
+    for report in doc["samples"]:  # what else ran beside each policy, recorded with it (Linux: /proc)
+        for row in report["policies"].values():
+            load = row["machine_load"]
+            assert load["cpus"] >= 1 and load["others_cpus"] >= 0 and load["wall_s"] > 0
+    others = [r["machine_load"]["others_cpus"] for s in doc["samples"] for r in s["policies"].values()]
+    assert max(summary["policies"][n]["worst"]["others_cpus"] for n in summary["policies"]) == round(max(others), 4)
     assert out.with_suffix(".png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "sample 1/2 (seed 0): 2 groups, 16 responses" in printed and "speedup med" in printed
@@ -87,6 +94,23 @@ def test_samples_record_resume_and_refuse(tiny: Path, trace: Path, tmp_path: Pat
     err = capsys.readouterr().err
     assert "policies" in err and "pick another --json path" in err
     assert out.read_bytes() == before and seeds == [0, 1, 2]
+
+
+def test_interleaved_policies_take_turns_and_record_alike(tiny: Path, trace: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "turns.json"
+    assert bench(tiny, trace, out, samples=1, extra=("--interleave",)) == 0
+    doc = json.loads(out.read_text())
+    assert doc["setup"]["interleave"] is True
+    rows = doc["samples"][0]["policies"]
+    assert list(rows) == ["verl", "context"]  # the order asked for, whichever finished first
+    assert rows["verl"]["num_responses"] == rows["context"]["num_responses"] == 16
+    assert rows["verl"]["generated_tokens"] == rows["context"]["generated_tokens"]  # forced tokens: the same work
+    assert all(row["makespan_s"] > 0 and "machine_load" in row for row in rows.values())
+    assert bench(tiny, trace, out, samples=2) == 2  # taking turns or not is part of the setup: not resumed
+    assert "interleave" in capsys.readouterr().err
+    assert bench(tiny, trace, tmp_path / "local.json", samples=1, extra=("--interleave", "--backend", "local")) == 2
+    assert "--interleave" in capsys.readouterr().err and not (tmp_path / "local.json").exists()
 
 
 @pytest.mark.parametrize("extra, message", [

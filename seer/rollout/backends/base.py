@@ -36,6 +36,8 @@ from seer.spec.policy import VerifyCostModel
 
 class Backend(abc.ABC):
     virtual_time = False  # True: steps are timed per instance and the driver injects faults
+    # virtual time only: called before each step, where rollouts in threads take turns (rollout/turns.py)
+    pace: Callable[[], None] | None = None
 
     def __init__(self, model: str, config: RolloutConfig) -> None:
         self.model = model
@@ -83,6 +85,7 @@ class Backend(abc.ABC):
                                    draft_server=drafts, listener=listener,
                                    seed=mix_seed("rollout", self.config.engine.seed, self.rollouts))
             self.rollouts += 1
+            driver.pace = self.pace if self.virtual_time else None
             self._drive(driver, policy, None if self.virtual_time else fault)
             bar.update(driver.buffer.num_finished - bar.n)
         for inst in instances:  # a proxy of a dead instance ignores the call: its KV is gone anyway
