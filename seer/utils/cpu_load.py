@@ -1,15 +1,15 @@
 """What else used this machine's CPUs while a benchmark ran, so a report says whether its timings were taken alone.
 
 Why: on a machine of a few cores every step time depends on what runs beside it. A second benchmark on the other
-core shares the memory bandwidth and the last-level cache, and it does not slow every policy alike: the
-policy whose steps move more memory loses more (benchmarks/README.md, "One bench at a time"). A report cannot
-show that from its own figures, so each policy's row records the CPUs that processes outside the benchmark kept
-busy while it ran (``others_cpus``: their CPU seconds over the wall seconds), and the bench warns when that is not
-near zero. On a virtual machine the hypervisor's steal time (other guests running on these cores) is recorded
+core shares the memory bandwidth and the last-level cache, and nothing makes it slow every policy alike. A report
+cannot show that from its own figures, so each policy's row records the CPUs that processes outside the benchmark
+kept busy while it ran (``others_cpus``: their CPU seconds over the wall seconds), and the bench warns when that is
+not near zero. On a virtual machine the hypervisor's steal time (other guests running on these cores) is recorded
 beside it: it slows every step and no process here can see it otherwise.
 
 The benchmark is this process and its descendants (the local and Ray backends' instance processes), so their
-time is never counted as another's. Linux only (``/proc``); elsewhere ``measure`` gives None. Torch-free.
+time is never counted as another's. Linux only (``/proc``); elsewhere ``sample`` and ``LoadMeter.load`` are None.
+Torch-free.
 """
 
 from __future__ import annotations
