@@ -328,7 +328,7 @@ def run_interleaved(coordinators: list, groups: list[GroupInput], policies: list
                 c.backend.pace, c.backend.rollouts = pace, index
                 with LoadMeter() as meter:
                     out = c.rollout(groups, policy=name)
-            record(name, out, meter)
+                record(name, out, meter)  # in its turn: no Python beside another rollout's timed steps
         except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(err)
 

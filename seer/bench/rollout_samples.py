@@ -52,8 +52,9 @@ def sample_setup(args: argparse.Namespace, policies: list[str], dtype: str) -> d
     from seer.rollout.arguments import recorded_args
     from seer.utils.machine import machine_info
 
+    # --interleave is recorded only when on, so files written before the flag existed still resume
     setup: dict[str, Any] = {**recorded_args(args), "kv_fraction": args.kv_fraction,
-                             **({"interleave": True} if args.interleave else {})}  # older files: never
+                             **({"interleave": True} if args.interleave else {})}
     setup.update(trace_sha256=file_sha256(args.trace), policies=policies, dtype=dtype, samples=args.samples,
                  seeds=[args.seed + i for i in range(args.samples)], machine=machine_info(dtype))
     return setup

@@ -1,14 +1,14 @@
 """Rollouts in threads of one process taking turns step by step, so that their timings meet the same machine.
 
-Why: a shared machine's speed drifts over minutes. Measured here (2-core VM, the same CASTILLO sample, code and
-flags, nothing else running): verl took 23.1 s of virtual time and, twenty minutes later, 27.1 s. Policies run one
-after the other each meet another stretch of that drift, and the ratio of their makespans carries it: one sample
-gave seer 1.18x and then 1.10x. Running them at once, one per core, makes them contend for memory bandwidth and
-caches instead, which need not slow both alike. Taking turns does neither: one rollout runs at any moment, so its
-steps are timed as if it ran alone, and the turn passes at every step, so each rollout meets the drift the others
-meet. A rollout's instances keep their own virtual clocks (``virtual_time.py``); turns only decide which
-rollout's next step the machine computes. Meeting the same drift is not being slowed alike by it (a slower machine
-may cost large compute-bound batches more than small ones), so a ratio still moves with the machine's state.
+Why: a shared machine's speed drifts over minutes, by more than policies differ (benchmarks/README.md, "CASTILLO
+again, one bench alone and with the policies taking turns"). Policies run one after the other each meet another
+stretch of that drift, and the ratio of their makespans carries it. Running them at once, one per core, makes them
+contend for memory bandwidth and caches instead, which need not slow both alike. Taking turns does neither: one
+rollout runs at any moment, so its steps are timed as if it ran alone, and the turn passes at every step, so each
+rollout meets the drift the others meet. A rollout's instances keep their own virtual clocks (``virtual_time.py``);
+turns only decide which rollout's next step the machine computes. Meeting the same drift is not being slowed alike
+by it (a slower machine may cost large compute-bound batches more than small ones), so a ratio still moves with the
+machine's state.
 
 The turn goes to the waiting rollout that has held it for the least time so far, so all advance at one pace in
 machine time; the one that needs less finishes first and the others take their remaining steps alone. A rollout
